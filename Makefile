@@ -1,0 +1,38 @@
+# pycaffe: set-up, demo, tests. Every target creates the virtual environment on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test test-fast proto bench clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# The main job: make a small dataset locally, then train on it with the pycaffe CLI.
+demo: setup
+	$(BIN)/python scripts/make_hdf5_demo.py --out data/mlp
+	$(BIN)/pycaffe train --solver models/mlp/solver.prototxt
+	$(BIN)/pycaffe test --model models/mlp/train_test.prototxt \
+		--weights data/mlp/mlp_iter_2000.caffemodel --iterations 10
+
+# The whole suite, slow end-to-end runs included (what CI runs).
+test: setup
+	$(BIN)/python -m pytest -q
+
+# Everything but the slow end-to-end runs.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Regenerate proto/caffe_pb2.py from proto/caffe.proto (needs the dev extra: grpcio-tools).
+proto: setup
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto proto/caffe.proto
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache data

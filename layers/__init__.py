@@ -1,0 +1,1 @@
+"""Caffe layer implementations: one module per prototxt layer type."""

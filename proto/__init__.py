@@ -1,0 +1,1 @@
+"""Caffe's protobuf schema (wire-compatible) and its generated module."""

@@ -1,0 +1,1 @@
+"""pycaffe: BVLC Caffe rebuilt in Python."""

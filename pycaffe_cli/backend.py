@@ -1,0 +1,60 @@
+"""The one piece of global state: compute mode, device, and the random number source.
+
+Caffe keeps these in its ``Caffe`` singleton; so do we, in this module only. Every random
+draw in pycaffe (fillers, dropout masks, data shuffling) goes through ``rng()`` so that a
+solver's ``random_seed`` makes a run repeatable.
+"""
+import enum
+
+import numpy as np
+
+from pycaffe_cli.errors import CaffeError
+
+
+class Mode(enum.Enum):
+    CPU = 0
+    GPU = 1
+
+
+_state = {"mode": Mode.CPU, "device": 0, "rng": np.random.default_rng()}
+
+
+def mode():
+    """The current compute mode."""
+    return _state["mode"]
+
+
+def device():
+    """The current GPU device id (meaningful in GPU mode only)."""
+    return _state["device"]
+
+
+def set_mode_cpu():
+    _state["mode"] = Mode.CPU
+
+
+def cuda_available():
+    """True when numba can see a CUDA device (or its simulator is enabled)."""
+    try:
+        from numba import cuda
+        return bool(cuda.is_available())
+    except Exception:  # numba's CUDA layer raises many kinds of errors on odd set-ups
+        return False
+
+
+def set_mode_gpu(device_id=0):
+    """Switch to GPU mode on ``device_id``; a clear error when there is no CUDA device."""
+    if not cuda_available():
+        raise CaffeError(f"GPU {device_id} requested but no CUDA device is available; "
+                         "run without --gpu (CPU mode)")
+    raise CaffeError("GPU mode is not built yet in this version of pycaffe; run without --gpu")
+
+
+def set_random_seed(seed):
+    """Seed every random source pycaffe uses (Caffe's ``Caffe::set_random_seed``)."""
+    _state["rng"] = np.random.default_rng(seed)
+
+
+def rng():
+    """The shared numpy Generator."""
+    return _state["rng"]

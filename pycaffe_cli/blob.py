@@ -1,0 +1,219 @@
+"""Blob: Caffe's N-d float32 array pair (``data`` and ``diff``).
+
+Storage is a flat buffer that only grows (Caffe's capacity rule), so reshaping to the same or a
+smaller count keeps the memory and anything sharing it. ``data`` and ``diff`` are numpy views of
+the first ``count`` elements in the blob's current shape; layers write into them in place.
+"""
+import numpy as np
+
+from pycaffe_cli.errors import CaffeError
+
+MAX_BLOB_AXES = 32
+
+
+class Blob:
+    """A named-less pair of float32 arrays of one shape.
+
+    Args:
+        shape: initial shape (sequence of non-negative ints); empty for an unshaped blob.
+    """
+
+    def __init__(self, shape=()):
+        self._shape = ()
+        self._count = 0
+        self._data_buf = np.zeros(0, np.float32)
+        self._diff_buf = np.zeros(0, np.float32)
+        self.reshape(shape)
+
+    # --- shape -------------------------------------------------------------------------
+    def reshape(self, shape):
+        """Give the blob a new shape, growing storage only when the count exceeds capacity."""
+        shape = tuple(int(d) for d in shape)
+        if len(shape) > MAX_BLOB_AXES:
+            raise CaffeError(f"blob shape {shape} has more than {MAX_BLOB_AXES} axes")
+        if any(d < 0 for d in shape):
+            raise CaffeError(f"blob shape {shape} has a negative dimension")
+        count = int(np.prod(shape, dtype=np.int64))
+        if count > self._data_buf.size:
+            self._data_buf = np.zeros(count, np.float32)
+            self._diff_buf = np.zeros(count, np.float32)
+        self._shape = shape
+        self._count = count
+
+    def reshape_like(self, other):
+        self.reshape(other.shape)
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def num_axes(self):
+        return len(self._shape)
+
+    def count(self, start=0, end=None):
+        """Number of elements in axes [start, end) (all of them by default)."""
+        if start == 0 and end is None:
+            return self._count
+        end = self.num_axes if end is None else end
+        return int(np.prod(self._shape[start:end], dtype=np.int64))
+
+    def canonical_axis_index(self, axis):
+        """Map a possibly negative axis into [0, num_axes), with Caffe's range check."""
+        n = self.num_axes
+        if not -n <= axis < max(n, 1):
+            raise CaffeError(f"axis {axis} out of range for a {n}-axis blob with shape "
+                             f"{self.shape_string()}")
+        return axis + n if axis < 0 else axis
+
+    def shape_at(self, axis):
+        return self._shape[self.canonical_axis_index(axis)]
+
+    def legacy_shape(self, index):
+        """Caffe's num/channels/height/width accessors: missing axes count as 1."""
+        if index >= self.num_axes or index < -self.num_axes:
+            return 1
+        return self._shape[index]
+
+    @property
+    def num(self):
+        return self.legacy_shape(0)
+
+    @property
+    def channels(self):
+        return self.legacy_shape(1)
+
+    @property
+    def height(self):
+        return self.legacy_shape(2)
+
+    @property
+    def width(self):
+        return self.legacy_shape(3)
+
+    def shape_string(self):
+        """``'64 1 28 28 (50176)'``, the form Caffe logs shapes in."""
+        return "".join(f"{d} " for d in self._shape) + f"({self._count})"
+
+    # --- data --------------------------------------------------------------------------
+    @property
+    def data(self):
+        return self._data_buf[:self._count].reshape(self._shape)
+
+    @data.setter
+    def data(self, value):
+        self.data[...] = value
+
+    @property
+    def diff(self):
+        return self._diff_buf[:self._count].reshape(self._shape)
+
+    @diff.setter
+    def diff(self, value):
+        self.diff[...] = value
+
+    @property
+    def flat_data(self):
+        return self._data_buf[:self._count]
+
+    @property
+    def flat_diff(self):
+        return self._diff_buf[:self._count]
+
+    def share_data(self, other):
+        """Use ``other``'s data storage (Caffe's ShareData); the counts must match."""
+        if other.count() != self._count:
+            raise CaffeError(f"cannot share data of blobs with counts {other.count()} and "
+                             f"{self._count}")
+        self._data_buf = other._data_buf
+
+    def share_diff(self, other):
+        if other.count() != self._count:
+            raise CaffeError(f"cannot share diff of blobs with counts {other.count()} and "
+                             f"{self._count}")
+        self._diff_buf = other._diff_buf
+
+    def shares_data_with(self, other):
+        return self._data_buf is other._data_buf
+
+    def update(self):
+        """Apply the computed step: ``data -= diff``."""
+        np.subtract(self.flat_data, self.flat_diff, out=self.flat_data)
+
+    def copy_from(self, source, copy_diff=False, reshape=False):
+        """Copy source's data (or diff) into this blob, reshaping first if asked."""
+        if source.shape != self._shape:
+            if not reshape:
+                raise CaffeError(f"trying to copy blobs of different sizes: "
+                                 f"{source.shape_string()} vs {self.shape_string()}")
+            self.reshape(source.shape)
+        if copy_diff:
+            self.flat_diff[:] = source.flat_diff
+        else:
+            self.flat_data[:] = source.flat_data
+
+    def asum_data(self):
+        return float(np.abs(self.flat_data, dtype=np.float64).sum())
+
+    def asum_diff(self):
+        return float(np.abs(self.flat_diff, dtype=np.float64).sum())
+
+    def sumsq_data(self):
+        return float(np.dot(self.flat_data.astype(np.float64), self.flat_data))
+
+    def sumsq_diff(self):
+        return float(np.dot(self.flat_diff.astype(np.float64), self.flat_diff))
+
+    # --- protobuf ----------------------------------------------------------------------
+    def to_proto(self, proto, write_diff=False):
+        """Fill a caffe.BlobProto with shape and data (and diff), as Caffe's ToProto does."""
+        proto.Clear()
+        proto.shape.dim.extend(self._shape)
+        proto.data.extend(self.flat_data.tolist())
+        if write_diff:
+            proto.diff.extend(self.flat_diff.tolist())
+        return proto
+
+    def from_proto(self, proto, reshape=True):
+        """Load a caffe.BlobProto (new ``shape`` or legacy num/channels/height/width)."""
+        shape = proto_shape(proto)
+        if reshape:
+            self.reshape(shape)
+        elif not self.shape_equals(proto):
+            raise CaffeError(f"shape mismatch: blob is {self.shape_string()}, "
+                             f"proto is {tuple(shape)}")
+        self._load_values(proto.double_data, proto.data, self.flat_data, "data")
+        self._load_values(proto.double_diff, proto.diff, self.flat_diff, "diff")
+
+    def _load_values(self, doubles, floats, out, what):
+        values = doubles if len(doubles) else floats
+        if len(values) == 0:
+            return
+        if len(values) != self._count:
+            raise CaffeError(f"blob proto has {len(values)} {what} values for shape "
+                             f"{self.shape_string()}")
+        out[:] = np.asarray(values, dtype=np.float32)
+
+    def shape_equals(self, proto):
+        if proto_has_legacy_shape(proto):
+            return self.num_axes <= 4 and all(
+                self.legacy_shape(i - 4) == d for i, d in enumerate(legacy_dims(proto)))
+        return tuple(proto.shape.dim) == self._shape
+
+    def __repr__(self):
+        return f"Blob({self.shape_string()})"
+
+
+def proto_has_legacy_shape(proto):
+    return any(proto.HasField(f) for f in ("num", "channels", "height", "width"))
+
+
+def legacy_dims(proto):
+    return (proto.num, proto.channels, proto.height, proto.width)
+
+
+def proto_shape(proto):
+    """The shape a BlobProto describes, honouring the legacy 4-d fields."""
+    if proto_has_legacy_shape(proto):
+        return tuple(legacy_dims(proto))
+    return tuple(proto.shape.dim)

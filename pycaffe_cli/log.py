@@ -1,0 +1,45 @@
+"""glog-formatted logging, so scripts that parse Caffe's logs keep working.
+
+A line looks like ``I1121 22:40:08.178536  5352 solver.py:227] Iteration 100, loss = 0.25``:
+severity letter, month and day, wall time to the microsecond, thread id, source file and
+line, then the message. Lines go to stderr, as Caffe's do.
+"""
+import logging
+import sys
+import threading
+import time
+
+LOG = logging.getLogger("pycaffe")
+
+_LEVEL_LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W",
+                  logging.ERROR: "E", logging.CRITICAL: "F"}
+
+
+class GlogFormatter(logging.Formatter):
+    """Formats records the way glog prefixes its lines."""
+
+    def format(self, record):
+        seconds = int(record.created)
+        micros = int((record.created - seconds) * 1e6)
+        stamp = time.strftime("%m%d %H:%M:%S", time.localtime(seconds))
+        letter = _LEVEL_LETTERS.get(record.levelno, "I")
+        thread = record.thread_native if hasattr(record, "thread_native") else 0
+        return (f"{letter}{stamp}.{micros:06d} {thread:>6d} "
+                f"{record.filename}:{record.lineno}] {record.getMessage()}")
+
+
+class _NativeThreadFilter(logging.Filter):
+    def filter(self, record):
+        record.thread_native = threading.get_native_id()
+        return True
+
+
+def setup_logging(stream=None, level=logging.INFO):
+    """Send pycaffe's log lines to ``stream`` (stderr by default) in glog format."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(GlogFormatter())
+    handler.addFilter(_NativeThreadFilter())
+    LOG.handlers[:] = [handler]
+    LOG.setLevel(level)
+    LOG.propagate = False
+    return handler
