@@ -1,0 +1,54 @@
+"""Softmax over one axis (Caffe's SoftmaxLayer).
+
+With the bottom viewed as (outer, C, inner), C = shape[axis]:
+
+    forward:   y_c = exp(x_c - max_k x_k) / sum_k exp(x_k - max_k x_k)
+    backward:  dx = (dy - sum_c dy_c y_c) * y
+
+Both passes work in place (the top may be the bottom blob).
+"""
+import numpy as np
+
+from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.views import layer_axis, three_axis_view
+
+
+def softmax_forward(x, out):
+    """Write softmax(x) over axis 1 of the 3-d view ``x`` (outer, C, inner) into ``out``.
+
+    ``out`` may be ``x`` itself.
+    """
+    peak = x.max(axis=1, keepdims=True)
+    np.subtract(x, peak, out=out)
+    np.exp(out, out=out)
+    out /= out.sum(axis=1, keepdims=True)
+
+
+def softmax_backward(y, dy, out):
+    """Write (dy - sum_c dy_c y_c) * y into ``out``; views are (outer, C, inner), ``out``
+    may be ``dy``."""
+    dot = np.einsum("ocj,ocj->oj", dy, y)[:, None, :]
+    np.subtract(dy, dot, out=out)
+    out *= y
+
+
+@register("Softmax", v1="SOFTMAX")
+class SoftmaxLayer(Layer):
+    """y = softmax(x) along ``softmax_param.axis``."""
+
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def reshape(self, bottom, top):
+        self.axis = layer_axis(self, bottom[0], self.param.softmax_param.axis)
+        top[0].reshape_like(bottom[0])
+
+    def forward_cpu(self, bottom, top):
+        softmax_forward(three_axis_view(bottom[0].data, self.axis),
+                        three_axis_view(top[0].data, self.axis))
+
+    def backward_cpu(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            softmax_backward(three_axis_view(top[0].data, self.axis),
+                             three_axis_view(top[0].diff, self.axis),
+                             three_axis_view(bottom[0].diff, self.axis))

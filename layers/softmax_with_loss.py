@@ -1,0 +1,110 @@
+"""SoftmaxWithLoss: softmax then multinomial logistic loss (Caffe's SoftmaxWithLossLayer).
+
+With p = softmax(x) along ``softmax_param.axis`` (x viewed as (outer, C, inner)) and integer
+labels l (outer x inner values, some possibly equal to ``loss_param.ignore_label``):
+
+    loss = -sum_{valid i,j} log(max(p[i, l_ij, j], FLT_MIN)) / normalizer
+    dx   = (p - onehot(l)) * loss_weight / normalizer, and 0 at ignored locations
+
+normalizer = max(1, n) with n by ``loss_param.normalization``: FULL outer*inner, VALID the
+number of non-ignored labels, BATCH_SIZE outer, NONE 1. The legacy ``normalize`` flag, when
+``normalization`` is not set, means VALID (true) or BATCH_SIZE (false). An optional second top
+receives the probabilities.
+"""
+import numpy as np
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.layers.base import LossLayer, register
+from pycaffe_cli.layers.softmax import softmax_forward
+from pycaffe_cli.layers.views import layer_axis, three_axis_view
+from pycaffe_cli.proto import caffe_pb2
+
+FLT_MIN = np.float32(np.finfo(np.float32).tiny)
+_Norm = caffe_pb2.LossParameter
+
+
+def loss_normalization(loss_param):
+    """The NormalizationMode a LossParameter asks for, honouring legacy ``normalize``."""
+    if not loss_param.HasField("normalization") and loss_param.HasField("normalize"):
+        return _Norm.VALID if loss_param.normalize else _Norm.BATCH_SIZE
+    return loss_param.normalization
+
+
+def normalizer(mode, outer, inner, valid_count):
+    """Caffe's LossLayer::GetNormalizer, clamped below at 1."""
+    value = {_Norm.FULL: outer * inner, _Norm.VALID: valid_count,
+             _Norm.BATCH_SIZE: outer, _Norm.NONE: 1}[mode]
+    return max(1.0, float(value))
+
+
+def gather_labels(layer, label_blob, outer, inner, num_classes, ignore_label):
+    """Integer labels as (outer, inner) plus the mask of non-ignored ones.
+
+    Raises the layer's CaffeError for a non-ignored label outside [0, num_classes).
+    """
+    labels = label_blob.data.reshape(outer, inner).astype(np.int64)
+    valid = np.ones(labels.shape, bool) if ignore_label is None else labels != ignore_label
+    bad = valid & ((labels < 0) | (labels >= num_classes))
+    if bad.any():
+        raise layer.error(f"label value {int(labels[bad][0])} is out of range for "
+                          f"{num_classes} classes (labels must be in [0, {num_classes}))")
+    return np.where(valid, labels, 0), valid
+
+
+@register("SoftmaxWithLoss", v1="SOFTMAX_LOSS")
+class SoftmaxWithLossLayer(LossLayer):
+    """Softmax cross-entropy of predictions (bottom 0) against integer labels (bottom 1)."""
+
+    exact_num_top = None
+    min_num_top = 1
+    max_num_top = 2
+
+    def layer_setup(self, bottom, top):
+        loss_param = self.param.loss_param
+        self.ignore_label = (loss_param.ignore_label if loss_param.HasField("ignore_label")
+                             else None)
+        self.normalization = loss_normalization(loss_param)
+        self.prob = Blob()
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.axis = layer_axis(self, bottom[0], self.param.softmax_param.axis)
+        self.outer = bottom[0].count(0, self.axis)
+        self.inner = bottom[0].count(self.axis + 1)
+        if self.outer * self.inner != bottom[1].count():
+            raise self.error(
+                f"number of labels must match number of predictions: with softmax axis "
+                f"{self.axis} and predictions {bottom[0].shape_string()} the label blob must "
+                f"hold {self.outer * self.inner} values, but {bottom[1].shape_string()} holds "
+                f"{bottom[1].count()}")
+        self.prob.reshape_like(bottom[0])
+        if len(top) > 1:
+            top[1].reshape_like(bottom[0])
+
+    def forward_cpu(self, bottom, top):
+        prob = three_axis_view(self.prob.data, self.axis)
+        softmax_forward(three_axis_view(bottom[0].data, self.axis), prob)
+        labels, valid = gather_labels(self, bottom[1], self.outer, self.inner,
+                                      prob.shape[1], self.ignore_label)
+        picked = np.take_along_axis(prob, labels[:, None, :], axis=1)[:, 0, :]
+        log_prob = np.log(np.maximum(picked[valid], FLT_MIN)).astype(np.float64)
+        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
+        top[0].data[...] = -log_prob.sum() / scale
+        if len(top) > 1:
+            top[1].data[...] = self.prob.data
+
+    def backward_cpu(self, top, propagate_down, bottom):
+        if propagate_down[1]:
+            raise self.error(f"{self.type} layer cannot backpropagate to label inputs")
+        if not propagate_down[0]:
+            return
+        prob = three_axis_view(self.prob.data, self.axis)
+        diff = three_axis_view(bottom[0].diff, self.axis)
+        labels, valid = gather_labels(self, bottom[1], self.outer, self.inner,
+                                      prob.shape[1], self.ignore_label)
+        diff[...] = prob
+        outer_index, inner_index = np.nonzero(valid)
+        diff[outer_index, labels[valid], inner_index] -= np.float32(1)
+        diff *= valid[:, None, :]
+        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
+        diff *= np.float32(top[0].diff[()] / scale)

@@ -1,0 +1,67 @@
+"""EuclideanLoss: loss against numpy, gradients to both bottoms, loss weight, errors."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import set_up
+
+
+def euclidean(extra=""):
+    return f'name: "loss" type: "EuclideanLoss" {extra}'
+
+
+SHAPES = [((4, 3), (4, 3)), ((2, 3, 4, 5), (2, 60)), ((5,), (5,))]
+
+
+def pair(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=shapes[0]), rng.normal(size=shapes[1])]
+
+
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_forward(shapes):
+    a, b = pair(shapes)
+    layer, bottom, top = set_up(euclidean(), [a, b])
+    loss = layer.forward(bottom, top)
+    d = a.astype(np.float32).astype(np.float64).ravel() - b.astype(np.float32).ravel()
+    expected = (d @ d) / a.shape[0] / 2
+    assert top[0].shape == ()
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_gradient_both_bottoms(shapes):
+    layer, bottom, top = set_up(euclidean(), pair(shapes, 1))
+    check_gradient(layer, bottom, top)
+
+
+def test_loss_weight_scales_gradient_and_loss():
+    a, b = pair(((3, 2), (3, 2)), 2)
+    layer, bottom, top = set_up(euclidean("loss_weight: 3"), [a, b])
+    loss = layer.forward(bottom, top)
+    np.testing.assert_allclose(loss, 3 * top[0].data, rtol=1e-6)
+    layer.backward(top, [True, True], bottom)
+    d = a.astype(np.float32) - b.astype(np.float32)
+    np.testing.assert_allclose(bottom[0].diff, 3 * d / 3, rtol=1e-6)
+    np.testing.assert_allclose(bottom[1].diff, -3 * d / 3, rtol=1e-6)
+
+
+def test_allows_force_backward_to_both():
+    layer, _, _ = set_up(euclidean(), pair(((2, 2), (2, 2))))
+    assert layer.allow_force_backward(0) and layer.allow_force_backward(1)
+
+
+@pytest.mark.parametrize("shapes, message", [
+    (((4, 3), (4, 4)), "same dimension"),
+    (((4, 3), (2, 6)), "first dimension"),
+])
+def test_shape_errors(shapes, message):
+    with pytest.raises(CaffeError, match=f'"loss".*{message}'):
+        set_up(euclidean(), pair(shapes))
+
+
+def test_needs_two_bottoms():
+    with pytest.raises(CaffeError, match='"loss".*exactly 2 bottom'):
+        set_up(euclidean(), [np.ones((2, 2))])

@@ -1,0 +1,47 @@
+"""Input: tops shaped from input_param.shape; no forward work."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from tests.layer_helpers import set_up
+
+
+def input_layer(shapes):
+    body = " ".join("shape { " + " ".join(f"dim: {d}" for d in s) + " }" for s in shapes)
+    return f'name: "data" type: "Input" input_param {{ {body} }}'
+
+
+@pytest.mark.parametrize("shapes, num_tops, expected", [
+    ([(2, 3, 4, 5)], 1, [(2, 3, 4, 5)]),
+    ([(2, 3)], 3, [(2, 3)] * 3),
+    ([(2, 3, 4), (2,)], 2, [(2, 3, 4), (2,)]),
+    ([()], 1, [()]),
+])
+def test_top_shapes(shapes, num_tops, expected):
+    layer, bottom, top = set_up(input_layer(shapes), [], num_tops)
+    assert [t.shape for t in top] == expected
+
+
+def test_no_shape_leaves_tops_alone():
+    layer, bottom, top = set_up(input_layer([]), [], 2)
+    assert [t.shape for t in top] == [(), ()]
+
+
+def test_forward_and_reshape_keep_caller_data():
+    layer, bottom, top = set_up(input_layer([(2, 3)]), [], 1)
+    top[0].data[...] = np.arange(6).reshape(2, 3)
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, np.arange(6).reshape(2, 3))
+    top[0].reshape((4, 5))
+    layer.reshape(bottom, top)
+    assert top[0].shape == (4, 5)
+
+
+def test_shape_count_must_match_tops():
+    with pytest.raises(CaffeError, match='"data".*3 tops vs. 2 shapes'):
+        set_up(input_layer([(1,), (2,)]), [], 3)
+
+
+def test_takes_no_bottoms():
+    with pytest.raises(CaffeError, match='"data".*exactly 0 bottom'):
+        set_up(input_layer([(1,)]), [np.ones(2)], 1)

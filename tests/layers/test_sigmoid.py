@@ -1,0 +1,56 @@
+"""Sigmoid: forward against numpy, gradients, in-place use, saturation without overflow."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SIGMOID = 'name: "sig" type: "Sigmoid"'
+SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward(shape):
+    x = np.random.default_rng(0).normal(scale=3, size=shape)
+    layer, bottom, top = set_up(SIGMOID, [x])
+    layer.forward(bottom, top)
+    expected = 1 / (1 + np.exp(-x.astype(np.float32).astype(np.float64)))
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_extreme_inputs_saturate():
+    layer, bottom, top = set_up(SIGMOID, [np.array([-1e4, -100.0, 0.0, 100.0, 1e4])])
+    with np.errstate(all="raise"):
+        layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, [0, 0, 0.5, 1, 1], atol=1e-30)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gradient(shape):
+    x = np.random.default_rng(1).normal(size=shape)
+    layer, bottom, top = set_up(SIGMOID, [x])
+    check_gradient(layer, bottom, top)
+
+
+def test_in_place():
+    x = np.random.default_rng(2).normal(size=(3, 4))
+    dy = np.random.default_rng(3).normal(size=(3, 4))
+    layer, bottom, top = set_up(SIGMOID, [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    blob = blob_of(x)
+    in_place = create_layer(layer_param(SIGMOID))
+    in_place.setup([blob], [blob])
+    in_place.forward([blob], [blob])
+    blob.diff[...] = dy
+    in_place.backward([blob], [True], [blob])
+    np.testing.assert_array_equal(blob.data, top[0].data)
+    np.testing.assert_array_equal(blob.diff, bottom[0].diff)
+
+
+def test_needs_one_top():
+    with pytest.raises(CaffeError, match='"sig".*exactly 1 top'):
+        set_up(SIGMOID, [np.ones(2)], num_tops=2)

@@ -1,0 +1,55 @@
+"""TanH: forward against numpy, gradients, in-place use, saturation."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+TANH = 'name: "tanh" type: "TanH"'
+SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward(shape):
+    x = np.random.default_rng(0).normal(scale=2, size=shape)
+    layer, bottom, top = set_up(TANH, [x])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, np.tanh(x.astype(np.float32).astype(np.float64)),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_extreme_inputs_saturate():
+    layer, bottom, top = set_up(TANH, [np.array([-1e4, 0.0, 1e4])])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, [-1, 0, 1])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gradient(shape):
+    x = np.random.default_rng(1).normal(size=shape)
+    layer, bottom, top = set_up(TANH, [x])
+    check_gradient(layer, bottom, top)
+
+
+def test_in_place():
+    x = np.random.default_rng(2).normal(size=(3, 4))
+    dy = np.random.default_rng(3).normal(size=(3, 4))
+    layer, bottom, top = set_up(TANH, [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    blob = blob_of(x)
+    in_place = create_layer(layer_param(TANH))
+    in_place.setup([blob], [blob])
+    in_place.forward([blob], [blob])
+    blob.diff[...] = dy
+    in_place.backward([blob], [True], [blob])
+    np.testing.assert_array_equal(blob.data, top[0].data)
+    np.testing.assert_array_equal(blob.diff, bottom[0].diff)
+
+
+def test_needs_one_bottom():
+    with pytest.raises(CaffeError, match='"tanh".*exactly 1 bottom'):
+        set_up(TANH, [])
