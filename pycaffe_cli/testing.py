@@ -81,13 +81,14 @@ def _objective(top, weights):
 
 def _analytic_gradients(layer, bottom, top, weights, propagate_down, checked, seed):
     _forward(layer, bottom, top, seed)
-    for blob, w in zip(top, weights):
-        blob.diff[...] = w
     for blob in layer.blobs:
         blob.diff[...] = 0
     for i, blob in enumerate(bottom):
         if propagate_down[i]:
             blob.diff[...] = 0
+    # Top diffs last: a top may share its diff with a bottom (in place, Flatten, Reshape).
+    for blob, w in zip(top, weights):
+        blob.diff[...] = w
     layer.backward(top, propagate_down, bottom)
     return [blob.diff.copy() for _, blob in checked]
 

@@ -1,0 +1,109 @@
+"""Eltwise: combine same-shaped bottoms element by element (Caffe's EltwiseLayer).
+
+* SUM:  top = sum_i c_i * b_i   (c_i from ``coeff``, default 1);  d b_i = c_i * d top
+* PROD: top = prod_i b_i;  d b_i = d top * prod_{j != i} b_j  (``stable_prod_grad``, the
+  default) or d top * top / b_i (which fails where b_i = 0)
+* MAX:  top = max_i b_i;  d b_i = d top where b_i was the max, else 0. The argmax is Caffe's:
+  between bottoms 0 and 1 a tie goes to bottom 1 (``b0 > b1`` picks 0), and from bottom 2 on a
+  later bottom wins only if strictly larger.
+"""
+import numpy as np
+
+from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.proto import caffe_pb2
+
+SUM = caffe_pb2.EltwiseParameter.SUM
+PROD = caffe_pb2.EltwiseParameter.PROD
+MAX = caffe_pb2.EltwiseParameter.MAX
+
+
+@register("Eltwise", v1="ELTWISE")
+class EltwiseLayer(Layer):
+    """eltwise_param: operation (default SUM), coeff, stable_prod_grad (default true)."""
+
+    min_num_bottom = 2
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        param = self.param.eltwise_param
+        self._op = param.operation
+        coeff = list(param.coeff)
+        if self._op == SUM and coeff and len(coeff) != len(bottom):
+            raise self.error(f"Eltwise layer takes one coefficient per bottom blob: got "
+                             f"{len(coeff)} coeff(s) for {len(bottom)} bottoms")
+        if self._op == PROD and coeff:
+            raise self.error("Eltwise layer only takes coefficients for summation "
+                             "(operation SUM), not PROD")
+        self._coeffs = coeff if (self._op == SUM and coeff) else [1.0] * len(bottom)
+        self._stable_prod_grad = param.stable_prod_grad
+        self._max_index = None
+
+    def reshape(self, bottom, top):
+        for i, blob in enumerate(bottom[1:], start=1):
+            if blob.shape != bottom[0].shape:
+                raise self.error(f"all bottoms must have the same shape: bottom[0] is "
+                                 f"{bottom[0].shape_string()}, bottom[{i}] is "
+                                 f"{blob.shape_string()}")
+        top[0].reshape_like(bottom[0])
+        if self._op == MAX and (self._max_index is None
+                                or self._max_index.shape != bottom[0].shape):
+            self._max_index = np.zeros(bottom[0].shape, np.int32)
+
+    # --- forward ---------------------------------------------------------------------
+    def forward_cpu(self, bottom, top):
+        if self._op == SUM:
+            result = self._sum(bottom)
+        elif self._op == PROD:
+            result = bottom[0].data * bottom[1].data
+            for blob in bottom[2:]:
+                result *= blob.data
+        else:
+            result = self._max(bottom)
+        top[0].data[...] = result
+
+    def _sum(self, bottom):
+        result = np.zeros(bottom[0].shape, np.float32)
+        for blob, c in zip(bottom, self._coeffs):
+            if c == 1.0:
+                result += blob.data
+            else:
+                result += np.float32(c) * blob.data
+        return result
+
+    def _max(self, bottom):
+        """Max over the bottoms, recording the winning bottom index for backward."""
+        first, second = bottom[0].data, bottom[1].data
+        take_first = first > second
+        result = np.where(take_first, first, second)
+        index = self._max_index
+        index[...] = np.where(take_first, 0, 1)
+        for i, blob in enumerate(bottom[2:], start=2):
+            larger = blob.data > result
+            result = np.where(larger, blob.data, result)
+            index[larger] = i
+        return result
+
+    # --- backward --------------------------------------------------------------------
+    def backward_cpu(self, top, propagate_down, bottom):
+        top_diff = top[0].diff
+        for i, blob in enumerate(bottom):
+            if not propagate_down[i]:
+                continue
+            if self._op == SUM:
+                c = self._coeffs[i]
+                blob.diff[...] = top_diff if c == 1.0 else np.float32(c) * top_diff
+            elif self._op == PROD:
+                blob.diff[...] = self._prod_grad(i, top, bottom) * top_diff
+            else:
+                blob.diff[...] = np.where(self._max_index == i, top_diff, np.float32(0))
+
+    def _prod_grad(self, i, top, bottom):
+        """d top / d b_i: the product of the other bottoms, or top / b_i when not stable."""
+        if not self._stable_prod_grad:
+            with np.errstate(divide="ignore", invalid="ignore"):  # inf/nan as in Caffe
+                return top[0].data / bottom[i].data
+        others = [blob.data for j, blob in enumerate(bottom) if j != i]
+        result = others[0].copy()
+        for data in others[1:]:
+            result *= data
+        return result

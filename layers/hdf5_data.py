@@ -1,0 +1,169 @@
+"""HDF5Data: serve rows of the datasets in a list of HDF5 files (Caffe's HDF5DataLayer).
+
+``hdf5_data_param.source`` is a text file of .h5 paths (whitespace-separated, as Caffe reads
+it; relative paths resolve against the working directory). Each top is filled from the dataset
+of the same name; row ``r`` of every dataset belongs together. One file is held in memory at a
+time. A batch is taken row by row in permutation order and continues into the next file when
+the current one runs out; after the last file the list starts again.
+
+With ``shuffle``, Caffe's order of draws is kept: the file order is shuffled at set-up and each
+time the list wraps around; the row order is shuffled when a file is loaded and again each
+time its last row has been served (so a single file is re-shuffled every pass).
+"""
+import h5py
+import numpy as np
+
+from pycaffe_cli import backend
+from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.log import LOG
+
+
+@register("HDF5Data", v1="HDF5_DATA")
+class HDF5DataLayer(Layer):
+    """hdf5_data_param: source, batch_size, shuffle (default false). Tops named by dataset."""
+
+    exact_num_bottom = 0
+    min_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        if self.param.HasField("transform_param"):
+            raise self.error("HDF5Data does not transform data; remove transform_param")
+        param = self.param.hdf5_data_param
+        self._names = list(self.param.top)
+        if len(self._names) != len(top):
+            raise self.error(f"HDF5Data names its datasets by its tops: the layer lists "
+                             f"{len(self._names)} top name(s) for {len(top)} top blob(s)")
+        if param.batch_size <= 0:
+            raise self.error(f"hdf5_data_param batch_size must be positive "
+                             f"(got {param.batch_size})")
+        self._batch_size = param.batch_size
+        self._shuffle = param.shuffle
+        self._files = self._read_source(param.source)
+        self._file_permutation = np.arange(len(self._files))
+        if self._shuffle:
+            backend.rng().shuffle(self._file_permutation)
+        self._current_file = 0
+        self._top_shapes = None
+        self._load(self._file_permutation[0])
+        self._current_row = 0
+        self._top_shapes = [(self._batch_size,) + a.shape[1:] for a in self._arrays]
+
+    def _read_source(self, source):
+        LOG.info("Loading list of HDF5 filenames from: %s", source)
+        try:
+            with open(source) as handle:
+                files = handle.read().split()
+        except OSError as exc:
+            raise self.error(f"failed to open HDF5 source list {source!r}: "
+                             f"{exc.strerror or exc}") from None
+        LOG.info("Number of HDF5 files: %d", len(files))
+        if not files:
+            raise self.error(f"must have at least 1 HDF5 filename listed in {source!r}")
+        return files
+
+    # --- file loading ----------------------------------------------------------------
+    def _load(self, file_index, reset_order=True):
+        """Read every top's dataset of one file into memory and (re)draw the row order."""
+        path = self._files[file_index]
+        try:
+            handle = h5py.File(path, "r")
+        except FileNotFoundError:
+            raise self.error(f"HDF5 file {path!r} (listed in "
+                             f"{self.param.hdf5_data_param.source!r}) does not exist") from None
+        except OSError as exc:
+            raise self.error(f"failed opening HDF5 file {path!r}: {exc}") from None
+        with handle:
+            arrays = [self._read_dataset(handle, path, name) for name in self._names]
+        rows = arrays[0].shape[0]
+        for name, array in zip(self._names, arrays):
+            if array.shape[0] != rows:
+                raise self.error(f"HDF5 file {path!r}: datasets must have the same number of "
+                                 f"rows, but {self._names[0]!r} has {rows} and {name!r} has "
+                                 f"{array.shape[0]}")
+        if rows == 0:
+            raise self.error(f"HDF5 file {path!r}: the datasets have no rows")
+        if self._top_shapes is not None:
+            self._check_row_shapes(path, arrays)
+        self._arrays = arrays
+        if not reset_order:
+            return
+        self._data_permutation = np.arange(rows)
+        if self._shuffle:
+            backend.rng().shuffle(self._data_permutation)
+
+    def _read_dataset(self, handle, path, name):
+        dataset = handle.get(name)
+        if not isinstance(dataset, h5py.Dataset):
+            raise self.error(f"HDF5 file {path!r} has no dataset {name!r} (the top names "
+                             f"select the datasets; it has {sorted(handle.keys())})")
+        if dataset.ndim < 1:
+            raise self.error(f"HDF5 file {path!r}: dataset {name!r} must have at least 1 axis")
+        if dataset.dtype.kind not in "fiu":
+            raise self.error(f"HDF5 file {path!r}: dataset {name!r} has type {dataset.dtype}; "
+                             f"only float and integer datasets can be read")
+        try:
+            return np.ascontiguousarray(dataset[()], dtype=np.float32)
+        except OSError as exc:
+            raise self.error(f"failed reading dataset {name!r} from HDF5 file {path!r}: "
+                             f"{exc}") from None
+
+    def _check_row_shapes(self, path, arrays):
+        """Later files must have the rows the tops were shaped for by the first file."""
+        for name, array, shape in zip(self._names, arrays, self._top_shapes):
+            if array.shape[1:] != shape[1:]:
+                raise self.error(f"HDF5 file {path!r}: dataset {name!r} has rows of shape "
+                                 f"{array.shape[1:]}, but the first file's rows are "
+                                 f"{shape[1:]}")
+
+    # --- serving ---------------------------------------------------------------------
+    def reshape(self, bottom, top):
+        for blob, shape in zip(top, self._top_shapes):
+            blob.reshape(shape)
+
+    def forward_cpu(self, bottom, top):
+        filled = 0
+        while filled < self._batch_size:
+            rows = self._arrays[0].shape[0]
+            take = min(self._batch_size - filled, rows - self._current_row)
+            chosen = self._data_permutation[self._current_row:self._current_row + take]
+            for blob, array in zip(top, self._arrays):
+                blob.data[filled:filled + take] = array[chosen]
+            filled += take
+            self._current_row += take
+            if self._current_row == rows:
+                self._next_file()
+
+    def _next_file(self):
+        """The current file is used up: move on (Caffe's Next at the last row)."""
+        if len(self._files) > 1:
+            self._current_file += 1
+            if self._current_file == len(self._files):
+                self._current_file = 0
+                if self._shuffle:
+                    backend.rng().shuffle(self._file_permutation)
+            self._load(self._file_permutation[self._current_file])
+        self._current_row = 0
+        if self._shuffle:
+            backend.rng().shuffle(self._data_permutation)
+
+    # --- resumable state -------------------------------------------------------------
+    def get_state(self):
+        return {"file": self._current_file, "row": self._current_row,
+                "file_permutation": self._file_permutation.tolist(),
+                "data_permutation": self._data_permutation.tolist()}
+
+    def set_state(self, state):
+        file_permutation = np.asarray(state["file_permutation"], dtype=np.int64)
+        if sorted(file_permutation.tolist()) != list(range(len(self._files))):
+            raise self.error("saved data position does not match the source list "
+                             f"{self.param.hdf5_data_param.source!r}")
+        self._file_permutation = file_permutation
+        self._current_file = int(state["file"])
+        self._load(self._file_permutation[self._current_file], reset_order=False)
+        rows = self._arrays[0].shape[0]
+        data_permutation = np.asarray(state["data_permutation"], dtype=np.int64)
+        if data_permutation.shape != (rows,) or not 0 <= int(state["row"]) < rows:
+            raise self.error("saved data position does not match the HDF5 file "
+                             f"{self._files[self._file_permutation[self._current_file]]!r}")
+        self._data_permutation = data_permutation
+        self._current_row = int(state["row"])

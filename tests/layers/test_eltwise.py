@@ -1,0 +1,139 @@
+"""Eltwise SUM / PROD / MAX against numpy, with gradient checks and Caffe's tie rule."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import no_ties, set_up
+
+SHAPE = (2, 3, 4, 5)
+
+
+def eltwise(params):
+    return f'name: "elt" type: "Eltwise" eltwise_param {{ {params} }}'
+
+
+def inputs(n, shape=SHAPE, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(n)]
+
+
+def distinct_inputs(n, shape=SHAPE, seed=0):
+    """No ties anywhere, also across bottoms: one tie-free draw cut into n blobs."""
+    values = no_ties(np.random.default_rng(seed), (n,) + shape)
+    return list(values)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("params, reference", [
+    ("", lambda xs: sum(xs)),
+    ("operation: SUM", lambda xs: sum(xs)),
+    ("operation: PROD", lambda xs: np.prod(xs, axis=0)),
+    ("operation: MAX", lambda xs: np.max(xs, axis=0)),
+])
+def test_forward(n, params, reference):
+    xs = inputs(n)
+    layer, bottom, top = set_up(eltwise(params), xs)
+    layer.forward(bottom, top)
+    assert top[0].shape == SHAPE
+    np.testing.assert_allclose(top[0].data, reference(xs), rtol=1e-6, atol=1e-6)
+
+
+def test_sum_with_coefficients():
+    xs = inputs(3)
+    layer, bottom, top = set_up(eltwise("operation: SUM coeff: 1 coeff: -0.5 coeff: 2"), xs)
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, xs[0] - 0.5 * xs[1] + 2 * xs[2], rtol=1e-6,
+                               atol=1e-6)
+    top[0].diff[...] = 1
+    layer.backward(top, [True] * 3, bottom)
+    for blob, c in zip(bottom, (1, -0.5, 2)):
+        np.testing.assert_array_equal(blob.diff, c)
+
+
+@pytest.mark.parametrize("params", ["operation: SUM", "operation: SUM coeff: 1 coeff: -0.5 "
+                                    "coeff: 2"])
+def test_sum_gradient(params):
+    layer, bottom, top = set_up(eltwise(params), inputs(3, (2, 3, 2)))
+    check_gradient(layer, bottom, top)
+
+
+@pytest.mark.parametrize("stable", ["true", "false"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_prod_gradient(stable, n):
+    rng = np.random.default_rng(4)
+    # Away from zero, so that the unstable top / b_i form is accurate.
+    xs = [(rng.uniform(0.5, 1.5, (2, 3, 2)) * rng.choice([-1, 1], (2, 3, 2)))
+          for _ in range(n)]
+    layer, bottom, top = set_up(eltwise(f"operation: PROD stable_prod_grad: {stable}"), xs)
+    check_gradient(layer, bottom, top)
+
+
+def test_stable_prod_grad_handles_zeros():
+    xs = [np.array([0.0, 2.0, 3.0]), np.array([5.0, 0.0, 4.0]), np.array([2.0, 3.0, 0.5])]
+    layer, bottom, top = set_up(eltwise("operation: PROD"), xs)
+    layer.forward(bottom, top)
+    top[0].diff[...] = [1.0, 2.0, 3.0]
+    layer.backward(top, [True] * 3, bottom)
+    np.testing.assert_allclose(bottom[0].diff, [10.0, 0.0, 6.0])
+    np.testing.assert_allclose(bottom[1].diff, [0.0, 12.0, 4.5])
+    np.testing.assert_allclose(bottom[2].diff, [0.0, 0.0, 36.0])
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_max_gradient(n):
+    layer, bottom, top = set_up(eltwise("operation: MAX"), distinct_inputs(n, (2, 3, 2)))
+    check_gradient(layer, bottom, top)
+
+
+def test_max_backward_routes_to_argmax():
+    xs = distinct_inputs(3)
+    layer, bottom, top = set_up(eltwise("operation: MAX"), xs)
+    layer.forward(bottom, top)
+    grad = np.random.default_rng(2).normal(size=SHAPE).astype(np.float32)
+    top[0].diff[...] = grad
+    layer.backward(top, [True, False, True], bottom)
+    winner = np.argmax(xs, axis=0)
+    np.testing.assert_array_equal(bottom[0].diff, np.where(winner == 0, grad, 0))
+    np.testing.assert_array_equal(bottom[2].diff, np.where(winner == 2, grad, 0))
+
+
+def test_max_ties_follow_caffe():
+    """b0 == b1 goes to bottom 1 (Caffe tests b0 > b1); later bottoms need strictly more."""
+    xs = [np.array([1.0, 2.0, 0.0]), np.array([1.0, 1.0, 3.0]), np.array([1.0, 2.0, 3.0])]
+    layer, bottom, top = set_up(eltwise("operation: MAX"), xs)
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, [1.0, 2.0, 3.0])
+    top[0].diff[...] = 1
+    layer.backward(top, [True] * 3, bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [0, 1, 0])
+    np.testing.assert_array_equal(bottom[1].diff, [1, 0, 1])
+    np.testing.assert_array_equal(bottom[2].diff, [0, 0, 0])
+
+
+def test_propagate_down_false_leaves_diff():
+    layer, bottom, top = set_up(eltwise("operation: SUM"), inputs(2))
+    layer.forward(bottom, top)
+    bottom[1].diff[...] = 9
+    top[0].diff[...] = 1
+    layer.backward(top, [True, False], bottom)
+    np.testing.assert_array_equal(bottom[1].diff, 9)
+
+
+@pytest.mark.parametrize("params, n, shapes, message", [
+    ("operation: SUM coeff: 1", 2, None, "one coefficient per bottom"),
+    ("operation: PROD coeff: 1 coeff: 2", 2, None, "only takes coefficients for summation"),
+    ("operation: SUM", 2, [(2, 3), (3, 2)], r"bottom\[0\] is 2 3 \(6\), bottom\[1\] is 3 2"),
+    ("operation: MAX", 1, None, "at least 2 bottom"),
+])
+def test_errors(params, n, shapes, message):
+    xs = [np.ones(s) for s in shapes] if shapes else inputs(n)
+    with pytest.raises(CaffeError, match=f'"elt".*{message}'):
+        set_up(eltwise(params), xs)
+
+
+def test_max_ignores_coefficients_as_caffe_does():
+    xs = inputs(2)
+    layer, bottom, top = set_up(eltwise("operation: MAX coeff: 3"), xs)
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, np.maximum(*xs))

@@ -1,0 +1,98 @@
+"""Slice: forward cuts the bottom along an axis, backward reassembles the gradient."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import set_up
+
+SHAPE = (6, 4, 3, 6)
+
+
+def slice_layer(params=""):
+    return f'name: "sl" type: "Slice" slice_param {{ {params} }}'
+
+
+def bottom_values(shape=SHAPE, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+CASES = [  # (params, numpy axis, sizes of the tops)
+    ("axis: 0", 0, (2, 2, 2)),
+    ("axis: 0 slice_point: 1 slice_point: 4", 0, (1, 3, 2)),
+    ("", 1, (2, 2)),
+    ("slice_point: 3", 1, (3, 1)),
+    ("axis: -1", 3, (3, 3)),
+    ("axis: -1 slice_point: 1 slice_point: 2 slice_point: 5", 3, (1, 1, 3, 1)),
+    ("slice_dim: 0 slice_point: 5", 0, (5, 1)),
+    ("slice_dim: 1", 1, (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("params, axis, sizes", CASES)
+def test_forward(params, axis, sizes):
+    x = bottom_values()
+    layer, bottom, top = set_up(slice_layer(params), [x], len(sizes))
+    layer.forward(bottom, top)
+    expected = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+    for blob, part in zip(top, expected):
+        np.testing.assert_array_equal(blob.data, part)
+
+
+@pytest.mark.parametrize("params, axis, sizes", CASES)
+def test_backward(params, axis, sizes):
+    layer, bottom, top = set_up(slice_layer(params), [bottom_values()], len(sizes))
+    layer.forward(bottom, top)
+    rng = np.random.default_rng(3)
+    grads = [rng.normal(size=blob.shape).astype(np.float32) for blob in top]
+    for blob, g in zip(top, grads):
+        blob.diff[...] = g
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, np.concatenate(grads, axis=axis))
+
+
+def test_backward_skipped_without_propagate_down():
+    layer, bottom, top = set_up(slice_layer(), [bottom_values()], 2)
+    bottom[0].diff[...] = 3
+    for blob in top:
+        blob.diff[...] = 1
+    layer.backward(top, [False], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, 3)
+
+
+@pytest.mark.parametrize("params, num_tops", [("axis: 0", 2), ("slice_point: 1", 2),
+                                              ("axis: -1 slice_point: 2", 2)])
+def test_gradient(params, num_tops):
+    layer, bottom, top = set_up(slice_layer(params), [bottom_values((2, 3, 2, 3))], num_tops)
+    check_gradient(layer, bottom, top)
+
+
+def test_single_top_shares():
+    x = bottom_values()
+    layer, bottom, top = set_up(slice_layer(), [x], 1)
+    layer.forward(bottom, top)
+    assert top[0].shares_data_with(bottom[0])
+    np.testing.assert_array_equal(top[0].data, x)
+
+
+def test_single_top_gradient():
+    layer, bottom, top = set_up(slice_layer(), [bottom_values((2, 2, 3))], 1)
+    check_gradient(layer, bottom, top)
+
+
+@pytest.mark.parametrize("params, num_tops, message", [
+    ("", 3, "evenly divide"),
+    ("slice_point: 1", 3, "need exactly 2"),
+    ("slice_point: 3 slice_point: 2", 3, "strictly increasing"),
+    ("slice_point: 0", 2, "strictly increasing"),
+    ("slice_point: 4", 2, "strictly increasing"),
+    ("axis: 0", 7, "evenly divide"),
+    ("axis: 1 slice_point: 1 slice_point: 2 slice_point: 3 slice_point: 4", 5,
+     "into 5 tops"),
+    ("axis: 4", 2, "out of range"),
+    ("slice_dim: 4", 2, "out of range"),
+    ("axis: 1 slice_dim: 1", 2, "not both"),
+])
+def test_errors(params, num_tops, message):
+    with pytest.raises(CaffeError, match=f'"sl".*{message}'):
+        set_up(slice_layer(params), [bottom_values()], num_tops)
