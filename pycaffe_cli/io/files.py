@@ -1,0 +1,148 @@
+"""Crash-safe file writing.
+
+Every file pycaffe writes (snapshots, weights, prototxts, mean files) goes through
+``atomic_write`` or ``atomic_output_path``: the bytes go to a temporary file in the target's
+folder, are flushed and fsynced, and only then ``os.replace`` puts the file in place. A run
+killed half way leaves either the old file or the new one, never a torn mix.
+"""
+import contextlib
+import os
+import tempfile
+
+from pycaffe_cli.errors import CaffeError
+
+
+def _current_umask():
+    """The process umask, read without changing it where the platform allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _final_mode(path):
+    """The permission bits a plain ``open(path, "w")`` would have given the file."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_current_umask()
+
+
+def _fsync_folder(folder):
+    """Make the rename itself durable (best effort: not every filesystem allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _cannot_write(path, error):
+    reason = error.strerror or str(error)
+    return CaffeError(f"cannot write '{path}': {reason}")
+
+
+def _temporary_beside(path):
+    """Create an empty temporary file in ``path``'s folder; return (fd, temp path)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix = "." + os.path.basename(path) + "."
+    try:
+        return tempfile.mkstemp(prefix=prefix, suffix=".part", dir=folder)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+
+
+def _commit(temp_path, path):
+    """Give the finished temporary file its final permissions and name."""
+    try:
+        os.chmod(temp_path, _final_mode(path))
+        os.replace(temp_path, path)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    _fsync_folder(os.path.dirname(os.path.abspath(path)))
+
+
+def _discard(temp_path):
+    with contextlib.suppress(OSError):
+        os.unlink(temp_path)
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb", encoding=None):
+    """Open a stream whose contents replace ``path`` only when the block ends without error.
+
+    Args:
+        path: the file to (re)write.
+        mode: "wb" (default) or "w" for text; "w+b" when the writer also reads back.
+        encoding: text encoding for "w" (UTF-8 by default).
+
+    Yields:
+        The open stream. On an exception the temporary file is removed and ``path`` is left
+        as it was.
+
+    Raises:
+        CaffeError: the folder is missing or not writable, or the disk is full.
+    """
+    if "w" not in mode:
+        raise ValueError(f"atomic_write needs a write mode, got {mode!r}")
+    if "b" not in mode and encoding is None:
+        encoding = "utf-8"
+    fd, temp_path = _temporary_beside(path)
+    try:
+        with os.fdopen(fd, mode, encoding=encoding) as stream:
+            yield stream
+            try:
+                stream.flush()
+                os.fsync(stream.fileno())
+            except OSError as error:
+                raise _cannot_write(path, error) from None
+        _commit(temp_path, path)
+    except BaseException:
+        _discard(temp_path)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output_path(path):
+    """Yield a temporary path for writers that need a file name rather than a stream (h5py).
+
+    The writer must have closed the file when the block ends; the file is then fsynced and
+    renamed onto ``path``. On an exception it is removed and ``path`` is left as it was.
+    """
+    fd, temp_path = _temporary_beside(path)
+    os.close(fd)
+    try:
+        yield temp_path
+        try:
+            fd = os.open(temp_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise _cannot_write(path, error) from None
+        _commit(temp_path, path)
+    except BaseException:
+        _discard(temp_path)
+        raise
+
+
+def read_bytes(path, what):
+    """Read a whole file, turning OS errors into ``cannot read <what> 'path': reason``."""
+    try:
+        with open(path, "rb") as stream:
+            return stream.read()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise CaffeError(f"cannot read {what} '{path}': {reason}") from None
