@@ -6,6 +6,7 @@ blobs), ``reshape`` (shape the tops) and finally stores the loss weights in the 
 ``forward`` reshapes, runs ``forward_cpu`` (or ``forward_gpu``) and returns the weighted loss;
 ``backward`` runs ``backward_cpu`` (or ``backward_gpu``).
 """
+import contextlib
 import difflib
 
 import numpy as np
@@ -34,6 +35,19 @@ def register(type_name, v1=None):
             _V1_NAMES[v1] = type_name
         return cls
     return decorate
+
+
+@contextlib.contextmanager
+def registered_for_test(*classes):
+    """Register layer classes (keyed by their ``type`` attribute) only inside a with-block,
+    so test-only layers never show up in the registry other code sees."""
+    for cls in classes:
+        register(cls.type)(cls)
+    try:
+        yield
+    finally:
+        for cls in classes:
+            del _REGISTRY[cls.type]
 
 
 def registered_types():

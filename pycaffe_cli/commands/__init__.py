@@ -1,0 +1,106 @@
+"""The subcommands of ``pycaffe`` and the flags they share (Caffe's tools/caffe.cpp).
+
+Caffe's flags are global gflags: every command accepts every flag and ignores the ones it does
+not use. We keep that (shell scripts pass e.g. ``-weights`` to ``caffe time``): each command
+shows its own flags in ``--help`` and takes the others hidden, with a warning when one is given.
+
+A command registers itself with ``@subcommand("name", flags=(...), summary="...")``, the way
+layers register their prototxt type.
+"""
+import difflib
+import functools
+import importlib
+import pkgutil
+
+import click
+
+from pycaffe_cli.log import LOG
+from pycaffe_cli.signals import EFFECTS
+
+EFFECT_CHOICES = EFFECTS
+
+# Caffe's flags: name -> click.Option keyword arguments. Defaults are Caffe's.
+FLAGS = {
+    "solver": dict(default=None, metavar="FILE",
+                   help="The solver definition protocol buffer text file."),
+    "model": dict(default=None, metavar="FILE",
+                  help="The model definition protocol buffer text file."),
+    "weights": dict(default=None, metavar="FILES",
+                    help="The pretrained weights to initialize finetuning, separated by ','. "
+                         "Cannot be set simultaneously with snapshot."),
+    "snapshot": dict(default=None, metavar="FILE",
+                     help="The snapshot solver state to resume training."),
+    "gpu": dict(default=None, metavar="IDS",
+                help="Run in GPU mode on the given device IDs separated by ','; "
+                     "'-gpu all' runs on all available GPUs."),
+    "iterations": dict(default=50, type=click.IntRange(min=1), show_default=True,
+                       help="The number of iterations to run."),
+    "phase": dict(default=None, type=click.Choice(["TRAIN", "TEST"]),
+                  help="Network phase (TRAIN or TEST). Only used for 'time'; default TRAIN."),
+    "level": dict(default=0, type=int, show_default=True, help="Network level."),
+    "stage": dict(default=None, metavar="STAGES",
+                  help="Network stages (not to be confused with phase), separated by ','."),
+    "sigint_effect": dict(default="stop", type=click.Choice(EFFECT_CHOICES),
+                          show_default=True,
+                          help="Action to take when a SIGINT signal is received."),
+    "sighup_effect": dict(default="snapshot", type=click.Choice(EFFECT_CHOICES),
+                          show_default=True,
+                          help="Action to take when a SIGHUP signal is received."),
+}
+
+COMMANDS = {}
+_loaded = []
+# Caffe's usage text lists the commands in this order.
+USAGE_ORDER = ("train", "test", "device_query", "time")
+
+
+def subcommand(name, flags, summary):
+    """Register ``function(**flags)`` as the ``pycaffe <name>`` command.
+
+    Args:
+        name: the command word.
+        flags: the names (keys of FLAGS) this command uses; they are passed as keyword
+            arguments. Every other Caffe flag is accepted, hidden, and ignored with a warning.
+        summary: the one-line description shown in ``pycaffe --help``.
+    """
+    def decorate(function):
+        if name in COMMANDS:
+            raise RuntimeError(f"command {name!r} registered twice")
+        ignored = [flag for flag in FLAGS if flag not in flags]
+
+        @functools.wraps(function)
+        def run(**values):
+            for flag in ignored:
+                if values.pop(flag) not in (None, FLAGS[flag]["default"]):
+                    LOG.warning(f"--{flag} is not used by '{name}'; ignored")
+            return function(**values)
+
+        command = click.Command(name, callback=run, help=function.__doc__,
+                                short_help=summary, params=[])
+        for flag in FLAGS:
+            command.params.append(_option(flag, hidden=flag in ignored))
+        COMMANDS[name] = command
+        return function
+    return decorate
+
+
+def _option(flag, hidden):
+    return click.Option([f"--{flag}"], hidden=hidden, **FLAGS[flag])
+
+
+def all_commands():
+    """Every registered command, importing the command modules on first use."""
+    if not _loaded:
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
+        _loaded.append(True)
+    return COMMANDS
+
+
+def close_commands(word):
+    return difflib.get_close_matches(word, all_commands(), n=3, cutoff=0.6)
+
+
+def split_list(value):
+    """Caffe's comma-separated flag values; an empty or absent flag is an empty list."""
+    return [item for item in (value or "").split(",") if item]

@@ -1,0 +1,97 @@
+"""Learning-rate policies: one small pure function of (solver param, iteration) each.
+
+Caffe computes the rate in ``SGDSolver::GetLearningRate`` as a chain of ifs over the policy
+string; here each policy is a function in ``POLICIES``. The arithmetic follows Caffe's types:
+sub-expressions of ``float`` fields are float32, ``pow``/``exp`` run in double, and the rate
+itself is a float32 (Caffe's ``Dtype rate``). ``multistep`` is a pure function of the iteration
+(the number of ``stepvalue`` entries already reached) instead of Caffe's incrementing counter;
+the two agree because ``stepvalue`` must be strictly increasing (checked).
+"""
+import math
+
+import numpy as np
+
+from pycaffe_cli.errors import CaffeError
+
+_f32 = np.float32
+
+
+def fixed(param, iteration):
+    """lr = base_lr"""
+    return float(_f32(param.base_lr))
+
+
+def step(param, iteration):
+    """lr = base_lr * gamma ^ floor(iter / stepsize)"""
+    return param.base_lr * math.pow(param.gamma, step_index(param, iteration))
+
+
+def exp(param, iteration):
+    """lr = base_lr * gamma ^ iter"""
+    return param.base_lr * math.pow(param.gamma, iteration)
+
+
+def inv(param, iteration):
+    """lr = base_lr * (1 + gamma * iter) ^ (-power)"""
+    base = _f32(1) + _f32(param.gamma) * _f32(iteration)
+    return param.base_lr * math.pow(float(base), -param.power)
+
+
+def multistep(param, iteration):
+    """lr = base_lr * gamma ^ k, k = number of stepvalue entries <= iter"""
+    return param.base_lr * math.pow(param.gamma, step_index(param, iteration))
+
+
+def poly(param, iteration):
+    """lr = base_lr * (1 - iter / max_iter) ^ power"""
+    base = _f32(1) - _f32(iteration) / _f32(param.max_iter)
+    return param.base_lr * math.pow(float(base), param.power)
+
+
+def sigmoid(param, iteration):
+    """lr = base_lr * 1 / (1 + exp(-gamma * (iter - stepsize)))"""
+    exponent = -_f32(param.gamma) * (_f32(iteration) - _f32(param.stepsize))
+    return param.base_lr * (1.0 / (1.0 + math.exp(float(exponent))))
+
+
+POLICIES = {"fixed": fixed, "step": step, "exp": exp, "inv": inv, "multistep": multistep,
+            "poly": poly, "sigmoid": sigmoid}
+
+
+def step_index(param, iteration):
+    """Caffe's ``current_step`` for "step" and "multistep" (0 for the other policies)."""
+    if param.lr_policy == "step":
+        return iteration // param.stepsize
+    if param.lr_policy == "multistep":
+        return int(np.searchsorted(np.asarray(param.stepvalue), iteration, side="right"))
+    return 0
+
+
+def check_policy(param):
+    """Raise CaffeError for an unknown policy or a parameter Caffe's CHECKs reject."""
+    name = param.lr_policy
+    if name not in POLICIES:
+        raise CaffeError(f'Unknown learning rate policy: "{name}" (known policies: '
+                         f'{", ".join(sorted(POLICIES))})')
+    if name in ("step", "sigmoid") and param.stepsize <= 0:
+        raise CaffeError(f'lr_policy "{name}" needs stepsize > 0 (got {param.stepsize})')
+    if name in ("step", "exp", "inv", "multistep", "sigmoid") and param.gamma < 0:
+        raise CaffeError(f'lr_policy "{name}" needs gamma >= 0 (got {param.gamma:g})')
+    if name == "poly" and param.max_iter <= 0:
+        raise CaffeError(f'lr_policy "poly" needs max_iter > 0 (got {param.max_iter})')
+    if name == "multistep":
+        values = list(param.stepvalue)
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise CaffeError(f"lr_policy \"multistep\" needs strictly increasing stepvalue "
+                             f"entries (got {', '.join(map(str, values))})")
+
+
+def learning_rate(param, iteration):
+    """The learning rate at ``iteration`` for a caffe.SolverParameter, as a float32 value.
+
+    Raises:
+        CaffeError: unknown ``lr_policy`` (the message lists the known ones) or a parameter
+            the policy cannot use.
+    """
+    check_policy(param)
+    return float(_f32(POLICIES[param.lr_policy](param, iteration)))

@@ -1,0 +1,132 @@
+"""Building a solver's train net and test nets (Caffe's Solver::InitTrainNet/InitTestNets).
+
+The train net comes from exactly one of ``net``, ``net_param``, ``train_net``,
+``train_net_param``. Test nets come from ``test_net_param`` entries, then ``test_net`` files,
+then as many copies of the generic ``net``/``net_param`` as there are test_iter values left.
+Each net's NetState is the phase (TRAIN/TEST), merged with the net's own ``state``, merged with
+the solver's ``train_state``/``test_state[i]`` (highest precedence). Net files are read relative
+to the working directory, as Caffe reads them.
+"""
+from pycaffe_cli import net_weights
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.log import LOG
+from pycaffe_cli.net import Net
+from pycaffe_cli.proto import caffe_pb2
+
+TRAIN_NET_FIELDS = "net, net_param, train_net, train_net_param"
+
+
+def read_net_file(path):
+    """Read and upgrade a net prototxt (Caffe's ReadNetParamsFromTextFileOrDie)."""
+    from pycaffe_cli.io.prototxt import read_net_param
+    from pycaffe_cli.io.upgrade import upgrade_net
+    return upgrade_net(read_net_param(path), source=path)
+
+
+def _with_state(net_param, phase, override):
+    state = caffe_pb2.NetState(phase=phase)
+    state.MergeFrom(net_param.state)
+    if override is not None:
+        state.MergeFrom(override)
+    net_param.state.CopyFrom(state)
+    return net_param
+
+
+def _build(net_param, path):
+    """Build a Net; errors from a net file point at the file (and the layer's line)."""
+    try:
+        return Net(net_param)
+    except CaffeError as error:
+        if path is None:
+            raise
+        from pycaffe_cli.io.prototxt import locate_layer
+        where = locate_layer(path, error.layer) if error.layer else path
+        raise CaffeError(f"{where}: {error}", layer=error.layer) from None
+
+
+def _load_weights(net, solver_param):
+    """The solver's ``weights`` field: comma-separated weight files, copied in order."""
+    for model_list in solver_param.weights:
+        for name in model_list.split(","):
+            name = name.strip()
+            LOG.info(f"Finetuning from {name}")
+            net_weights.copy_trained_layers_from(net, name)
+
+
+def build_train_net(solver_param):
+    """The TRAIN-phase Net a solver parameter specifies (with ``weights`` loaded)."""
+    sources = [solver_param.HasField(f) for f in TRAIN_NET_FIELDS.split(", ")]
+    if sum(sources) < 1:
+        raise CaffeError("SolverParameter must specify a train net using one of these "
+                         f"fields: {TRAIN_NET_FIELDS}")
+    if sum(sources) > 1:
+        raise CaffeError("SolverParameter must not contain more than one of these fields "
+                         f"specifying a train_net: {TRAIN_NET_FIELDS}")
+    path = None
+    if solver_param.HasField("train_net_param"):
+        LOG.info("Creating training net specified in train_net_param.")
+        net_param = _copy(solver_param.train_net_param)
+    elif solver_param.HasField("train_net"):
+        path = solver_param.train_net
+        LOG.info(f"Creating training net from train_net file: {path}")
+        net_param = read_net_file(path)
+    elif solver_param.HasField("net_param"):
+        LOG.info("Creating training net specified in net_param.")
+        net_param = _copy(solver_param.net_param)
+    else:
+        path = solver_param.net
+        LOG.info(f"Creating training net from net file: {path}")
+        net_param = read_net_file(path)
+    _with_state(net_param, caffe_pb2.TRAIN, solver_param.train_state)
+    net = _build(net_param, path)
+    _load_weights(net, solver_param)
+    return net
+
+
+def build_test_nets(solver_param):
+    """The TEST-phase Nets, one per test_iter entry, in Caffe's order."""
+    has_net_param = solver_param.HasField("net_param")
+    has_net_file = solver_param.HasField("net")
+    if has_net_param and has_net_file:
+        raise CaffeError("Both net_param and net_file may not be specified.")
+    num_test_nets = len(solver_param.test_net_param) + len(solver_param.test_net)
+    num_iters = len(solver_param.test_iter)
+    generic = has_net_param or has_net_file
+    if (generic and num_iters < num_test_nets) or (not generic and num_iters != num_test_nets):
+        raise CaffeError(f"test_iter must be specified for each test network ({num_iters} "
+                         f"test_iter value(s) for {num_test_nets} test_net/test_net_param "
+                         f"entr{'y' if num_test_nets == 1 else 'ies'}"
+                         f"{' plus the generic net' if generic else ''}).")
+    specs = [("test_net_param", _copy(p), None) for p in solver_param.test_net_param]
+    specs += [(f"test_net file: {path}", read_net_file(path), path)
+              for path in solver_param.test_net]
+    remaining = num_iters - len(specs)
+    if has_net_param:
+        specs += [("net_param", _copy(solver_param.net_param), None)
+                  for _ in range(remaining)]
+    if has_net_file:
+        specs += [(f"net file: {solver_param.net}", read_net_file(solver_param.net),
+                   solver_param.net) for _ in range(remaining)]
+    if solver_param.test_state and len(solver_param.test_state) != len(specs):
+        raise CaffeError("test_state must be unspecified or specified once per test net "
+                         f"({len(solver_param.test_state)} test_state for {len(specs)} test "
+                         "nets).")
+    if specs and solver_param.test_interval <= 0:
+        raise CaffeError(f"test_interval must be > 0 when there are test nets (got "
+                         f"{solver_param.test_interval})")
+    nets = []
+    for i, (source, net_param, path) in enumerate(specs):
+        override = solver_param.test_state[i] if solver_param.test_state else None
+        _with_state(net_param, caffe_pb2.TEST, override)
+        LOG.info(f"Creating test net (#{i}) specified by {source}")
+        net = _build(net_param, path)
+        net.debug_info = solver_param.debug_info
+        _load_weights(net, solver_param)
+        nets.append(net)
+    return nets
+
+
+def _copy(message):
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy

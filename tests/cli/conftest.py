@@ -1,0 +1,56 @@
+"""Fixtures for the command-line tests: run ``pycaffe`` in-process and capture its stderr."""
+import contextlib
+import io
+import textwrap
+
+import pytest
+
+from pycaffe_cli import backend
+from pycaffe_cli.cli import main
+from pycaffe_cli.log import LOG
+
+
+class Result:
+    """What one ``pycaffe`` run left behind: exit status and everything written to stderr."""
+
+    def __init__(self, code, err, out):
+        self.code, self.err, self.out = code, err, out
+
+    @property
+    def messages(self):
+        """The log lines with the glog prefix ("I1121 22:40:08.178536  5352 file.py:12] ")
+        removed; other stderr lines unchanged."""
+        return [line.split("] ", 1)[1] if "] " in line else line
+                for line in self.err.splitlines()]
+
+    def error_lines(self):
+        return [line for line in self.err.splitlines() if line.startswith("pycaffe: error:")]
+
+
+@pytest.fixture
+def run_cli():
+    """Call ``main(argv)`` in-process; return a Result. Leaves the backend in CPU mode and
+    the "pycaffe" logger as it found it."""
+    def run(*argv):
+        err, out = io.StringIO(), io.StringIO()
+        saved = LOG.handlers[:], LOG.propagate, LOG.level
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+                code = main([str(a) for a in argv])
+        finally:
+            # main() points the log at our stderr; give later tests (caplog) theirs back
+            LOG.handlers[:], LOG.propagate = saved[0], saved[1]
+            LOG.setLevel(saved[2])
+            backend.set_mode_cpu()
+        return Result(code, err.getvalue(), out.getvalue())
+    return run
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write dedented text to tmp_path/name and return the path as a string."""
+    def write_file(name, text):
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return str(path)
+    return write_file
