@@ -20,7 +20,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.solvers import lr_policy, state as state_io
-from pycaffe_cli.solvers.nets import build_test_nets, build_train_net
+from pycaffe_cli.solvers.nets import build_test_nets, build_train_net, check_train_net_source
 
 _f32 = np.float32
 ACTIONS = ("none", "snapshot", "stop")
@@ -104,6 +104,7 @@ class Solver:
     # --- parameter checks ----------------------------------------------------------------
     def _check_param(self):
         param = self.param
+        check_train_net_source(param)
         if param.average_loss < 1:
             raise CaffeError(f"average_loss should be non-negative (>= 1, got "
                              f"{param.average_loss}).")

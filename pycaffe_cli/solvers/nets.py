@@ -53,8 +53,8 @@ def _load_weights(net, solver_param):
             net_weights.copy_trained_layers_from(net, name)
 
 
-def build_train_net(solver_param):
-    """The TRAIN-phase Net a solver parameter specifies (with ``weights`` loaded)."""
+def check_train_net_source(solver_param):
+    """Exactly one of net, net_param, train_net, train_net_param must name the train net."""
     sources = [solver_param.HasField(f) for f in TRAIN_NET_FIELDS.split(", ")]
     if sum(sources) < 1:
         raise CaffeError("SolverParameter must specify a train net using one of these "
@@ -62,6 +62,11 @@ def build_train_net(solver_param):
     if sum(sources) > 1:
         raise CaffeError("SolverParameter must not contain more than one of these fields "
                          f"specifying a train_net: {TRAIN_NET_FIELDS}")
+
+
+def build_train_net(solver_param):
+    """The TRAIN-phase Net a solver parameter specifies (with ``weights`` loaded)."""
+    check_train_net_source(solver_param)
     path = None
     if solver_param.HasField("train_net_param"):
         LOG.info("Creating training net specified in train_net_param.")
