@@ -1,0 +1,118 @@
+"""Local response normalisation kernels (Caffe's LRNLayer maths), float32 throughout.
+
+ACROSS_CHANNELS, over arrays viewed as (N, C, H*W), with a = alpha / size and the window of
+channels [c - pre_pad, c + pre_pad], pre_pad = (size - 1) / 2 (channels outside are zeros):
+
+    scale_c = k + a * sum_{c' in window(c)} x_c'^2,        y_c = x_c * scale_c^-beta
+    dx_c = dy_c * scale_c^-beta
+           - (2 alpha beta / size) * x_c * sum_{c' in window(c)} dy_c' * y_c' / scale_c'
+
+Both passes keep a running window sum over channels (add the channel entering, subtract the
+one leaving), as Caffe's CrossChannelForward/Backward_cpu do, with a ``prange`` over
+(image, block of pixels) pairs.
+
+WITHIN_CHANNEL (Caffe composes Split, Power, AVE Pooling, Power and Eltwise PROD layers; the
+same maths here, in the same order), with a local_size x local_size window padded by pre_pad:
+
+    s = avepool(x^2),  p = (1 + alpha * s)^-beta,  y = x * p
+    dx = dy * p + 2 x * avepool_backward(dy * x * (-beta alpha) * p / (1 + alpha s))
+"""
+import numpy as np
+from numba import njit, prange
+
+from pycaffe_cli.layers.kernels.cpu.pooling import ave_pool_backward, ave_pool_forward
+
+PIXEL_BLOCK = 512  # pixels per parallel job: enough work per job, fits in L1 per channel
+
+
+@njit(cache=True, parallel=True)
+def lrn_across_forward(bottom, scale, top, size, alpha_over_size, k, beta):
+    """Fill ``scale`` and ``top`` (N, C, P) from ``bottom``; scalars are float32."""
+    num, channels, pixels = bottom.shape
+    pre_pad = (size - 1) // 2
+    blocks = (pixels + PIXEL_BLOCK - 1) // PIXEL_BLOCK
+    for job in prange(num * blocks):
+        n = job // blocks
+        i0 = (job % blocks) * PIXEL_BLOCK
+        i1 = min(i0 + PIXEL_BLOCK, pixels)
+        for i in range(i0, i1):
+            scale[n, 0, i] = k
+        for c in range(min(size - pre_pad, channels)):
+            for i in range(i0, i1):
+                scale[n, 0, i] += alpha_over_size * (bottom[n, c, i] * bottom[n, c, i])
+        for c in range(1, channels):
+            head = c + pre_pad
+            tail = c - 1 - pre_pad
+            for i in range(i0, i1):
+                value = scale[n, c - 1, i]
+                if head < channels:
+                    value += alpha_over_size * (bottom[n, head, i] * bottom[n, head, i])
+                if tail >= 0:
+                    value += -alpha_over_size * (bottom[n, tail, i] * bottom[n, tail, i])
+                scale[n, c, i] = value
+        for c in range(channels):
+            for i in range(i0, i1):
+                top[n, c, i] = bottom[n, c, i] * scale[n, c, i] ** -beta
+
+
+@njit(cache=True)
+def _ratio(top_diff, top, scale, n, c, i):
+    return top_diff[n, c, i] * top[n, c, i] / scale[n, c, i]
+
+
+@njit(cache=True, parallel=True)
+def lrn_across_backward(bottom, top, scale, top_diff, bottom_diff, size, beta, cache_ratio):
+    """Write ``bottom_diff`` (N, C, P); ``cache_ratio`` = 2 alpha beta / size (float32)."""
+    num, channels, pixels = bottom.shape
+    pre_pad = (size - 1) // 2
+    blocks = (pixels + PIXEL_BLOCK - 1) // PIXEL_BLOCK
+    for job in prange(num * blocks):
+        n = job // blocks
+        i0 = (job % blocks) * PIXEL_BLOCK
+        i1 = min(i0 + PIXEL_BLOCK, pixels)
+        accum = np.zeros(i1 - i0, np.float32)
+        # channels -pre_pad .. pre_pad - 1: the window of channel 0 but its last member
+        for c in range(min(pre_pad, channels)):
+            for i in range(i0, i1):
+                accum[i - i0] += _ratio(top_diff, top, scale, n, c, i)
+        for c in range(channels):
+            head = c + pre_pad
+            tail = c - pre_pad
+            for i in range(i0, i1):
+                if head < channels:
+                    accum[i - i0] += _ratio(top_diff, top, scale, n, head, i)
+                grad = top_diff[n, c, i] * scale[n, c, i] ** -beta
+                grad += -cache_ratio * (bottom[n, c, i] * accum[i - i0])
+                bottom_diff[n, c, i] = grad
+                if tail >= 0:
+                    accum[i - i0] -= _ratio(top_diff, top, scale, n, tail, i)
+
+
+def _square_window(size):
+    pad = (size - 1) // 2
+    return size, size, 1, 1, pad, pad
+
+
+def lrn_within_forward(bottom, top, pooled, power, size, alpha, beta):
+    """WITHIN_CHANNEL forward on (P, H, W) planes; keeps ``pooled`` (avepool of x^2) and
+    ``power`` ((1 + alpha pooled)^-beta) for the backward pass. Scalars are float32."""
+    ave_pool_forward(np.square(bottom), pooled, *_square_window(size))
+    np.multiply(pooled, alpha, out=power)
+    np.add(power, np.float32(1.0), out=power)
+    np.power(power, -beta, out=power)
+    np.multiply(bottom, power, out=top)
+
+
+def lrn_within_backward(bottom, pooled, power, top_diff, bottom_diff, size, alpha, beta):
+    """WITHIN_CHANNEL backward on (P, H, W) planes: writes ``bottom_diff``."""
+    # d power (Eltwise PROD), then through the Power layer: diff_scale * p / (1 + alpha s)
+    base = np.multiply(pooled, alpha)
+    np.add(base, np.float32(1.0), out=base)
+    d_pooled = np.divide(power, base)
+    np.multiply(d_pooled, np.float32(-beta * alpha), out=d_pooled)
+    np.multiply(np.multiply(bottom, top_diff), d_pooled, out=d_pooled)
+    d_square = np.empty_like(bottom)
+    ave_pool_backward(d_pooled, d_square, *_square_window(size))
+    np.multiply(d_square, np.multiply(bottom, np.float32(2.0)), out=d_square)
+    np.multiply(power, top_diff, out=bottom_diff)
+    np.add(bottom_diff, d_square, out=bottom_diff)

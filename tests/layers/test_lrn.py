@@ -1,0 +1,101 @@
+"""LRN layer: Caffe's reference forward (test_lrn_layer.cpp), gradients, user errors."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer, v1_type_name
+from pycaffe_cli.testing import check_gradient
+from tests.kernels import reference
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+
+def lrn(params=""):
+    return f'name: "norm" type: "LRN" lrn_param {{ {params} }}'
+
+
+def gaussian(shape=(2, 7, 3, 3), seed=1701):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("params, size, alpha, beta, k", [
+    ("", 5, 1.0, 0.75, 1.0),                                    # TestForwardAcrossChannels
+    ("local_size: 15", 15, 1.0, 0.75, 1.0),                     # ...LargeRegion
+    ("local_size: 3 alpha: 0.0001 beta: 0.75 k: 2", 3, 1e-4, 0.75, 2.0),
+    ("local_size: 1 alpha: 3 beta: 0.5", 1, 3.0, 0.5, 1.0),
+])
+def test_across_channels_forward(params, size, alpha, beta, k):
+    x = gaussian()
+    layer, bottom, top = set_up(lrn(params), [x])
+    assert top[0].shape == x.shape
+    layer.forward(bottom, top)
+    want, _ = reference.lrn_across(x, size, alpha, beta, k)
+    np.testing.assert_allclose(top[0].data, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params, size, alpha, beta", [
+    ("local_size: 3", 3, 1.0, 0.75),                            # TestForwardWithinChannel
+    ("local_size: 5 alpha: 0.5 beta: 0.6 k: 7", 5, 0.5, 0.6),   # k plays no part
+])
+def test_within_channel_forward(params, size, alpha, beta):
+    x = gaussian((2, 3, 4, 5))
+    layer, bottom, top = set_up(lrn(params + " norm_region: WITHIN_CHANNEL"), [x])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, reference.lrn_within(x, size, alpha, beta),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params", ["", "local_size: 15", "local_size: 3 k: 2 alpha: 0.5",
+                                    "local_size: 3 norm_region: WITHIN_CHANNEL",
+                                    "local_size: 5 norm_region: WITHIN_CHANNEL beta: 1.5"])
+def test_gradient_exhaustive(params):
+    # test_lrn_layer.cpp TestGradient{AcrossChannels,AcrossChannelsLargeRegion,WithinChannel}
+    # (on 2x7x3x3 there)
+    layer, bottom, top = set_up(lrn(params), [gaussian((1, 7, 3, 3))])
+    check_gradient(layer, bottom, top, mode="exhaustive")
+
+
+@pytest.mark.parametrize("region", ["ACROSS_CHANNELS", "WITHIN_CHANNEL"])
+def test_gradient_on_a_multi_block_image(region):
+    # 24x25 = 600 pixels: two pixel blocks in the across-channel kernels.
+    layer, bottom, top = set_up(lrn(f"local_size: 3 alpha: 0.1 norm_region: {region}"),
+                                [gaussian((2, 4, 24, 25))])
+    check_gradient(layer, bottom, top)
+
+
+def test_reshape_follows_a_new_input_shape():
+    layer, bottom, top = set_up(lrn("local_size: 3"), [gaussian((1, 4, 2, 2))])
+    x = gaussian((2, 5, 3, 4), seed=3)
+    bigger = blob_of(x)
+    layer.forward([bigger], top)
+    np.testing.assert_allclose(top[0].data, reference.lrn_across(x, 3, 1.0, 0.75, 1.0)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_backward_respects_propagate_down():
+    layer, bottom, top = set_up(lrn(), [gaussian()])
+    layer.forward(bottom, top)
+    bottom[0].diff[...] = 7
+    layer.backward(top, [False], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, 7)
+
+
+def test_v1_name():
+    assert v1_type_name("LRN") == "LRN"
+
+
+@pytest.mark.parametrize("params, shape, message", [
+    ("local_size: 4", (1, 3, 2, 2), "odd values for local_size, got 4"),
+    ("local_size: 0", (1, 3, 2, 2), "odd values for local_size, got 0"),
+    ("", (3, 2, 2), "input must have 4 axes"),
+    ("norm_region: WITHIN_CHANNEL", (1, 2, 3, 3, 3), "input must have 4 axes"),
+])
+def test_user_errors_name_the_layer(params, shape, message):
+    with pytest.raises(CaffeError, match=f'layer "norm".*{message}'):
+        set_up(lrn(params), [np.zeros(shape)])
+
+
+def test_in_place_is_an_error():
+    layer = create_layer(layer_param(lrn()))
+    blob = blob_of(np.zeros((1, 3, 2, 2)))
+    with pytest.raises(CaffeError, match='"norm".*in-place'):
+        layer.setup([blob], [blob])

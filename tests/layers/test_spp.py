@@ -1,0 +1,111 @@
+"""SPP layer: Caffe's output shapes (test_spp_layer.cpp), values against per-level pooling
+references, gradients, user errors."""
+import math
+
+import numpy as np
+import pytest
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import v1_type_name
+from pycaffe_cli.layers.kernels.geometry import pool_out_size
+from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.testing import check_gradient
+from tests.kernels import reference
+from tests.layer_helpers import no_ties, set_up
+
+
+def spp(height, pool="MAX"):
+    return f'name: "spp" type: "SPP" spp_param {{ pyramid_height: {height} pool: {pool} }}'
+
+
+@pytest.mark.parametrize("shape, height, want", [
+    ((2, 3, 9, 8), 3, (2, 63)),          # TestSetup: 3 * (1 + 4 + 16)
+    ((4, 3, 1024, 765), 5, (4, 1023)),   # TestEqualOutputDims: 3 * 341
+    ((10, 3, 7, 7), 3, (10, 63)),        # TestEqualOutputDims2
+    ((2, 3, 9, 8), 1, (2, 3, 1, 1)),     # one level: the pooling top itself
+])
+def test_output_shapes(shape, height, want):
+    _, _, top = set_up(spp(height), [Blob(shape)])
+    assert top[0].shape == want
+
+
+def level_reference(x, level, pool):
+    """Caffe's GetPoolingParam written out, then the numpy pooling reference."""
+    num, channels, height, width = x.shape
+    bins = 2 ** level
+    kernel = tuple(math.ceil(s / bins) for s in (height, width))
+    pad = tuple((k * bins - s + 1) // 2 for k, s in zip(kernel, (height, width)))
+    out = tuple(pool_out_size(s, k, p, k) for s, k, p in zip((height, width), kernel, pad))
+    planes = x.reshape(num * channels, height, width)
+    if pool == "MAX":
+        top, _ = reference.max_pool(planes, out, kernel, kernel, pad)
+    elif pool == "AVE":
+        top = reference.ave_pool(planes, out, kernel, kernel, pad)
+    else:
+        top = reference.sto_pool_test(planes, out, kernel, kernel)
+    return top.reshape(num, -1)
+
+
+@pytest.mark.parametrize("shape, height, pool", [
+    ((2, 3, 9, 8), 3, "MAX"), ((2, 3, 9, 8), 3, "AVE"), ((1, 2, 7, 7), 3, "MAX"),
+    ((2, 2, 13, 6), 2, "AVE"), ((2, 2, 8, 8), 3, "STOCHASTIC"),
+])
+def test_forward_concatenates_the_levels(shape, height, pool):
+    x = no_ties(np.random.default_rng(0), shape, low=0.1, high=1.0)
+    layer, bottom, top = set_up(spp(height, pool), [x], phase=caffe_pb2.TEST)
+    layer.forward(bottom, top)
+    want = np.concatenate([level_reference(x, level, pool) for level in range(height)], axis=1)
+    assert top[0].shape == want.shape
+    np.testing.assert_allclose(top[0].data, want, rtol=1e-5, atol=1e-6)
+
+
+def test_one_level_is_global_pooling():
+    x = no_ties(np.random.default_rng(1), (2, 3, 5, 4))
+    layer, bottom, top = set_up(spp(1), [x])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data[..., 0, 0], x.max(axis=(2, 3)))
+    check_gradient(layer, bottom, top, stepsize=1e-3)
+
+
+@pytest.mark.parametrize("pool", ["MAX", "AVE"])
+def test_gradient(pool):
+    # test_spp_layer.cpp TestGradient: pyramid height 3 on 2x3x9x8 (exhaustive there).
+    x = no_ties(np.random.default_rng(2), (2, 3, 9, 8))
+    layer, bottom, top = set_up(spp(3, pool), [x])
+    check_gradient(layer, bottom, top, stepsize=1e-3, directions=4, elements=32)
+
+
+def test_stochastic_train_gradient():
+    x = np.random.default_rng(3).uniform(0.1, 1.0, (2, 2, 8, 8))
+    layer, bottom, top = set_up(spp(3, "STOCHASTIC"), [x])
+    check_gradient(layer, bottom, top, stepsize=1e-4)
+
+
+def test_reshape_follows_a_new_input_shape():
+    layer, bottom, top = set_up(spp(2), [np.zeros((1, 2, 4, 4))])
+    x = no_ties(np.random.default_rng(4), (3, 2, 9, 11))
+    bigger = Blob(x.shape)
+    bigger.data[...] = x
+    layer.forward([bigger], top)
+    want = np.concatenate([level_reference(x, level, "MAX") for level in range(2)], axis=1)
+    np.testing.assert_array_equal(top[0].data, want)
+
+
+def test_v1_name():
+    assert v1_type_name("SPP") == "SPP"
+
+
+@pytest.mark.parametrize("text, shape, message", [
+    (spp(0), (1, 1, 4, 4), "pyramid_height must be at least 1"),
+    ('name: "spp" type: "SPP"', (1, 1, 4, 4), "pyramid_height must be at least 1"),
+    (spp(2), (1, 4, 4), "input must have 4 axes"),
+    (spp(2), (1, 1, 0, 4), "input dimensions cannot be zero"),
+    # 9 rows in 2 bins: kernel 5, pad 1, which stochastic pooling cannot do
+    (spp(2, "STOCHASTIC"), (1, 1, 9, 8), "pyramid level 1 .*padding is implemented only"),
+    # 5 rows in 4 bins: kernel 2 and pad 2
+    (spp(3), (1, 1, 5, 5), "pyramid level 2 .*must be smaller than kernel"),
+])
+def test_user_errors_name_the_layer(text, shape, message):
+    with pytest.raises(CaffeError, match=f'layer "spp": .*{message}'):
+        set_up(text, [Blob(shape)])
