@@ -1,16 +1,19 @@
 """The ``pycaffe`` command: Caffe's ``caffe`` tool (tools/caffe.cpp) with a click front end.
 
 ``pycaffe <command> <flags>`` with Caffe's commands (train, test, time, device_query) and
-flags. Flags take every gflags spelling: ``-solver x``, ``-solver=x``, ``--solver=x`` and
-``--solver x``; the command word may also come after flags (``pycaffe -solver x train``), as
-gflags allows. A user's mistake ends with one ``pycaffe: error: ...`` line and exit status 1
-(2 for a malformed command line); anything else is a bug and keeps its traceback.
+flags, and Caffe's data tools (``pycaffe convert_imageset ...``, ``compute_image_mean``) with
+theirs. Flags take every gflags spelling: ``-solver x``, ``-solver=x``, ``--solver=x`` and
+``--solver x``; booleans also ``-gray``, ``--gray=true``, ``--gray=false``, ``--nogray``. The
+command word may also come after flags (``pycaffe -solver x train``), as gflags allows. A
+user's mistake ends with one ``pycaffe: error: ...`` line and exit status 1 (2 for a malformed
+command line); anything else is a bug and keeps its traceback.
 """
 import sys
 
 import click
 
-from pycaffe_cli.commands import FLAGS, USAGE_ORDER, all_commands, close_commands
+from pycaffe_cli.commands import (USAGE_ORDER, all_commands, boolean_flags, close_commands,
+                                   value_flags)
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import setup_logging
 
@@ -23,7 +26,7 @@ usage: {PROG} <command> <args>
 
 commands:
 {{commands}}
-
+{{tools}}
 Flags take any gflags spelling: -solver x, -solver=x, --solver=x, --solver x.
 Run '{PROG} <command> --help' for a command's flags.
 """
@@ -44,15 +47,22 @@ class BrewGroup(click.Group):
         if self.get_command(ctx, name) is None and not name.startswith("-"):
             close = close_commands(name)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            available = ", ".join(self.list_commands(ctx))
+            # Caffe's `caffe` actions; the tools are in the usage text (and in did-you-mean)
+            available = ", ".join(n for n in self.list_commands(ctx) if n in USAGE_ORDER)
             raise click.UsageError(f'unknown action "{name}"{hint}; available actions: '
                                    f"{available}", ctx)
         return super().resolve_command(ctx, args)
 
     def format_help(self, ctx, formatter):
-        lines = [f"  {name:<15} {self.get_command(ctx, name).short_help}"
-                 for name in self.list_commands(ctx)]
-        formatter.write(USAGE.format(commands="\n".join(lines)))
+        names = self.list_commands(ctx)
+        commands = [name for name in names if name in USAGE_ORDER]
+        tools = [name for name in names if name not in USAGE_ORDER]
+        width = max([15] + [len(name) for name in tools])
+        lines = [f"  {name:<15} {self.get_command(ctx, name).short_help}" for name in commands]
+        tool_lines = [f"  {name:<{width}} {self.get_command(ctx, name).short_help}"
+                      for name in tools]
+        tool_text = "\ntools:\n" + "\n".join(tool_lines) + "\n" if tools else ""
+        formatter.write(USAGE.format(commands="\n".join(lines), tools=tool_text))
 
 
 cli = BrewGroup(PROG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,8 +84,26 @@ def normalize_argv(args):
             break
         if _is_gflags_word(arg):
             arg = "-" + arg
-        out.append(arg)
+        out.append(_boolean_value(arg))
     return _command_first(out)
+
+
+_TRUE = ("true", "t", "yes", "y", "1")
+_FALSE = ("false", "f", "no", "n", "0")
+
+
+def _boolean_value(arg):
+    """gflags' ``--gray=true`` / ``--gray=false`` as click's ``--gray`` / ``--nogray``."""
+    if not arg.startswith("--") or "=" not in arg:
+        return arg
+    name, value = arg[2:].split("=", 1)
+    if name not in boolean_flags():
+        return arg
+    if value.lower() in _TRUE:
+        return f"--{name}"
+    if value.lower() in _FALSE:
+        return f"--no{name}"
+    return arg
 
 
 def _is_gflags_word(arg):
@@ -91,7 +119,7 @@ def _command_first(args):
         if arg == "--":
             break
         if arg.startswith("-") and len(arg) > 1:
-            takes_value = arg.startswith("--") and "=" not in arg and arg[2:] in FLAGS
+            takes_value = arg.startswith("--") and "=" not in arg and arg[2:] in value_flags()
             i += 2 if takes_value else 1
             continue
         if i > 0 and arg in all_commands():

@@ -5,7 +5,10 @@ not use. We keep that (shell scripts pass e.g. ``-weights`` to ``caffe time``): 
 shows its own flags in ``--help`` and takes the others hidden, with a warning when one is given.
 
 A command registers itself with ``@subcommand("name", flags=(...), summary="...")``, the way
-layers register their prototxt type.
+layers register their prototxt type. Caffe's other tools (convert_imageset, compute_image_mean)
+are separate binaries with flags of their own and positional arguments; they register with
+``arguments=("INPUT_DB", "[OUTPUT_FILE]")`` (brackets: optional) and ``own_flags={...}``.
+Their flags belong to them alone; the global Caffe flags stay accepted (hidden) there too.
 """
 import difflib
 import functools
@@ -49,12 +52,14 @@ FLAGS = {
 }
 
 COMMANDS = {}
+# The flags of the tools (own_flags): name -> True for a boolean, False for one taking a value.
+TOOL_FLAGS = {}
 _loaded = []
-# Caffe's usage text lists the commands in this order.
+# Caffe's usage text lists the commands in this order; the rest are its separate tools.
 USAGE_ORDER = ("train", "test", "device_query", "time")
 
 
-def subcommand(name, flags, summary):
+def subcommand(name, flags, summary, arguments=(), own_flags=None):
     """Register ``function(**flags)`` as the ``pycaffe <name>`` command.
 
     Args:
@@ -62,10 +67,17 @@ def subcommand(name, flags, summary):
         flags: the names (keys of FLAGS) this command uses; they are passed as keyword
             arguments. Every other Caffe flag is accepted, hidden, and ignored with a warning.
         summary: the one-line description shown in ``pycaffe --help``.
+        arguments: positional argument names, shown as written ("DB_NAME"); "[NAME]" is
+            optional (None when not given). Passed as keyword arguments in lower case.
+        own_flags: this command's own flags, name -> click.Option keyword arguments as in
+            FLAGS; ``is_flag=True`` makes a gflags boolean (``--x``, ``--nox``, ``--x=false``).
     """
+    own_flags = dict(own_flags or {})
+
     def decorate(function):
         if name in COMMANDS:
             raise RuntimeError(f"command {name!r} registered twice")
+        _register_tool_flags(name, own_flags)
         ignored = [flag for flag in FLAGS if flag not in flags]
 
         @functools.wraps(function)
@@ -79,6 +91,8 @@ def subcommand(name, flags, summary):
                                 short_help=summary, params=[])
         for flag in FLAGS:
             command.params.append(_option(flag, hidden=flag in ignored))
+        command.params.extend(_own_option(flag, spec) for flag, spec in own_flags.items())
+        command.params.extend(_argument(word) for word in arguments)
         COMMANDS[name] = command
         return function
     return decorate
@@ -86,6 +100,40 @@ def subcommand(name, flags, summary):
 
 def _option(flag, hidden):
     return click.Option([f"--{flag}"], hidden=hidden, **FLAGS[flag])
+
+
+def _register_tool_flags(command, own_flags):
+    for flag, spec in own_flags.items():
+        boolean = bool(spec.get("is_flag"))
+        if flag in FLAGS or TOOL_FLAGS.get(flag, boolean) != boolean:
+            raise RuntimeError(f"flag --{flag} of {command!r} clashes with another flag")
+        TOOL_FLAGS[flag] = boolean
+
+
+def _own_option(flag, spec):
+    spec = dict(spec)
+    if spec.pop("is_flag", False):
+        # gflags booleans: --x sets, --nox clears (--x=true/false is rewritten by the cli)
+        return click.Option([f"--{flag}/--no{flag}"], **spec)
+    return click.Option([f"--{flag}"], **spec)
+
+
+def _argument(word):
+    optional = word.startswith("[") and word.endswith("]")
+    label = word.strip("[]")
+    return click.Argument([label.lower()], metavar=word, required=not optional)
+
+
+def value_flags():
+    """Names of every flag that takes a value (the global ones and the tools')."""
+    all_commands()
+    return set(FLAGS) | {flag for flag, boolean in TOOL_FLAGS.items() if not boolean}
+
+
+def boolean_flags():
+    """Names of the tools' gflags booleans."""
+    all_commands()
+    return {flag for flag, boolean in TOOL_FLAGS.items() if boolean}
 
 
 def all_commands():

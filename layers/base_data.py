@@ -1,0 +1,121 @@
+"""BasePrefetchingDataLayer: what Data, ImageData and WindowData share (Caffe's
+base_data_layer.cpp).
+
+A subclass builds a *reader* in ``data_layer_setup`` (see pycaffe_cli/data/prefetch.py) and
+returns the shape of its first batch; this class runs the reader on a background thread
+(``data_param.prefetch`` batches ahead, default 4, as Caffe sizes its queue for every
+prefetching layer) and copies one finished batch into the tops per ``forward``. Tops: data,
+and optionally label.
+
+Exact resume: ``get_state`` is the reader's position after the last batch *handed to
+forward*, never after the batches still waiting in the queue; ``set_state`` stops the thread,
+moves the reader there and starts it again. Caffe itself restarts data layers from the start.
+"""
+import weakref
+
+import numpy as np
+
+from pycaffe_cli import backend
+from pycaffe_cli.data.prefetch import Prefetcher
+from pycaffe_cli.layers.base import Layer
+from pycaffe_cli.log import LOG
+
+_LEGACY_TRANSFORM_FIELDS = ("scale", "mean_file", "crop_size", "mirror")
+
+
+class BasePrefetchingDataLayer(Layer):
+    """Tops: data (N, C, H, W) and an optional label (N,). No bottoms, no backward."""
+
+    exact_num_bottom = 0
+    min_num_top = 1
+    max_num_top = 2
+
+    def layer_setup(self, bottom, top):
+        self.output_labels = len(top) == 2
+        depth = int(self.param.data_param.prefetch)
+        if depth < 1:
+            raise self.error(f"data_param prefetch must be at least 1 (got {depth})")
+        reader, data_shape = self.data_layer_setup(top)
+        self._shapes = (tuple(data_shape), (data_shape[0],))
+        self._position = reader.position()
+        self._prefetcher = Prefetcher(reader, depth, self.name)
+        self._finalizer = weakref.finalize(self, self._prefetcher.stop)
+        self._prefetcher.start()
+
+    def data_layer_setup(self, top):
+        """Read params, build the reader; return (reader, shape of the first data batch)."""
+        raise NotImplementedError
+
+    # --- helpers for subclasses ----------------------------------------------------------------
+    def warn_legacy_fields(self, own_param, own_name, fields=_LEGACY_TRANSFORM_FIELDS):
+        """Caffe ignores the old transformation fields of a non-V1 layer's own parameter
+        (the V1 upgrade moves them to transform_param); say so instead of staying silent."""
+        for name in fields:
+            if own_param.HasField(name):
+                LOG.warning('layer "%s": %s.%s is ignored (as in Caffe); set it in '
+                            'transform_param', self.name, own_name, name)
+
+    def positive_batch_size(self, value, param_name):
+        if value <= 0:
+            raise self.error(f"{param_name} batch_size must be positive (got {value})")
+        return int(value)
+
+    @staticmethod
+    def seeded_generator():
+        """A generator of the layer's own, seeded from the shared one (one draw)."""
+        return np.random.default_rng(int(backend.rng().integers(0, 2 ** 63)))
+
+    @staticmethod
+    def random_skip(rand_skip):
+        """Caffe's rand_skip: a count uniform in [0, rand_skip), drawn from the shared rng."""
+        return int(backend.rng().integers(0, rand_skip)) if rand_skip else 0
+
+    # --- the layer contract ------------------------------------------------------------------
+    def reshape(self, bottom, top):
+        top[0].reshape(self._shapes[0])
+        if self.output_labels:
+            top[1].reshape(self._shapes[1])
+
+    def forward_cpu(self, bottom, top):
+        batch = self._prefetcher.next_batch()
+        self._shapes = (batch.data.shape, (batch.data.shape[0],))
+        top[0].reshape(batch.data.shape)
+        top[0].data[...] = batch.data
+        if self.output_labels:
+            top[1].reshape(batch.label.shape)
+            top[1].data[...] = batch.label
+        self._position = batch.position
+        self._prefetcher.recycle(batch)
+
+    @property
+    def prefetcher(self):
+        return self._prefetcher
+
+    def close(self):
+        """Stop the prefetch thread (also done when the layer is garbage collected)."""
+        self._finalizer()
+
+    # --- resumable state -----------------------------------------------------------------------
+    def get_state(self):
+        return dict(self._position)
+
+    def set_state(self, state):
+        self._prefetcher.stop()
+        try:
+            self._prefetcher.reader.restore(state)
+        except Exception:
+            self._prefetcher.reader.restore(self._position)  # the last good position
+            self._prefetcher.start()
+            raise
+        self._position = dict(state)
+        self._prefetcher.start()
+
+
+def generator_state(rng):
+    """JSON-able state of a numpy Generator (None for none)."""
+    return None if rng is None else rng.bit_generator.state
+
+
+def restore_generator(rng, state):
+    if rng is not None and state is not None:
+        rng.bit_generator.state = state

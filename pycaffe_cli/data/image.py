@@ -1,0 +1,159 @@
+"""Image decoding and resizing that give OpenCV's numbers, as Caffe's util/io.cpp gets them.
+
+Caffe reads images with ``cv::imread`` / ``cv::imdecode`` and resizes with ``cv::resize``
+(``INTER_LINEAR``). We decode with Pillow and reproduce what OpenCV (4.x) hands Caffe:
+
+- colour images as 3 channels in **BGR** order, alpha dropped, grey images replicated;
+- grey from colour the way OpenCV's decoders do it: JPEG asks libjpeg for the luma plane
+  directly, PNG lets libpng convert with ``(9797 R + 19234 G + 3737 B) >> 15`` (truncating),
+  everything else uses ``cvtColor``'s ``(4899 R + 9617 G + 1868 B + 2^13) >> 14``;
+- 16-bit samples keep their high byte (libpng's strip_16); the EXIF orientation is applied;
+- ``INTER_LINEAR`` resizing without antialiasing: source position ``(d + 0.5) * scale - 0.5``,
+  11-bit fixed-point weights, and the rounding of OpenCV's SIMD vertical pass. (Pillow's own
+  bilinear filter antialiases when shrinking and so disagrees with OpenCV.)
+
+Arrays are channel-first, ``(C, H, W)`` uint8, as Caffe lays a Datum out.
+"""
+import io
+
+import numpy as np
+from numba import njit
+from PIL import Image, ImageOps
+
+from pycaffe_cli.errors import CaffeError
+
+# Pillow modes that OpenCV's IMREAD_ANYCOLOR keeps as one channel.
+_GRAY_MODES = ("1", "L", "I", "I;16", "I;16B", "I;16L", "I;16N")
+_RESIZE_COEF_SCALE = 2048  # OpenCV's INTER_RESIZE_COEF_SCALE (11 fractional bits)
+
+
+def decode_image(data, color, what="image"):
+    """Decode encoded image bytes (PNG, JPEG, BMP, ...) as OpenCV would.
+
+    Args:
+        data: the encoded bytes.
+        color: True for 3 channels (BGR), False for 1 channel (grey), None for the image's
+            own kind (OpenCV's IMREAD_ANYCOLOR: grey stays grey, anything else is BGR).
+        what: how to name the image in errors.
+
+    Returns:
+        (C, H, W) uint8 array.
+
+    Raises:
+        CaffeError: the bytes are not an image Pillow can decode.
+    """
+    try:
+        image = Image.open(io.BytesIO(data))
+        if color is False and image.format == "JPEG" and image.mode in ("RGB", "YCbCr"):
+            image.draft("L", image.size)  # libjpeg's own grey output, the luma plane
+        image.load()
+        image_format = image.format
+        image = ImageOps.exif_transpose(image)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        raise CaffeError(f"could not decode {what}: {error}") from None
+    if color is None:
+        color = image.mode not in _GRAY_MODES
+    pixels = _eight_bit(image, what)
+    if color:
+        if pixels.ndim == 2:
+            return np.repeat(pixels[None], 3, axis=0)
+        return np.ascontiguousarray(pixels[:, :, ::-1].transpose(2, 0, 1))
+    if pixels.ndim == 3:
+        pixels = _to_gray(pixels, image_format)
+    return pixels[None]
+
+
+def _eight_bit(image, what):
+    """(H, W) grey or (H, W, 3) RGB uint8 pixels of a Pillow image."""
+    mode = image.mode
+    if mode in ("L", "RGB"):
+        return np.asarray(image)
+    if mode == "1":
+        return np.asarray(image.convert("L"))
+    if mode.startswith("I"):
+        return (np.asarray(image).astype(np.int64) >> 8).clip(0, 255).astype(np.uint8)
+    if mode == "F":
+        raise CaffeError(f"cannot read {what}: floating-point images are not supported")
+    if mode in ("RGBA", "RGBX", "RGBa"):
+        return np.asarray(image)[:, :, :3]
+    return np.asarray(image.convert("RGB"))
+
+
+def _to_gray(rgb, image_format):
+    r, g, b = (rgb[:, :, i].astype(np.int32) for i in range(3))
+    if image_format == "PNG":
+        gray = (9797 * r + 19234 * g + 3737 * b) >> 15
+    else:
+        gray = (4899 * r + 9617 * g + 1868 * b + (1 << 13)) >> 14
+    return gray.astype(np.uint8)
+
+
+def read_image(path, height=0, width=0, color=True):
+    """Caffe's ReadImageToCVMat: read a file, decode it, resize when height and width > 0.
+
+    Raises:
+        CaffeError: the file cannot be opened or decoded.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise CaffeError(f"could not open or find file {path!r}: "
+                         f"{error.strerror or error}") from None
+    pixels = decode_image(data, color, f"image file {path!r}")
+    if height > 0 and width > 0:
+        pixels = resize_linear(pixels, height, width)
+    return pixels
+
+
+# --- cv::resize(INTER_LINEAR) -------------------------------------------------------------
+def _axis_table(src_size, dst_size, clamp):
+    """Source index and the two fixed-point weights per destination index (OpenCV's
+    xofs/ialpha or yofs/ibeta; only the horizontal table is clamped at the borders)."""
+    scale = 1.0 / (dst_size / src_size)
+    pos = ((np.arange(dst_size) + 0.5) * scale - 0.5).astype(np.float32)
+    index = np.floor(pos).astype(np.int64)
+    frac = (pos - index.astype(np.float32)).astype(np.float32)
+    if clamp:
+        low = index < 0
+        frac[low], index[low] = 0, 0
+        high = index >= src_size - 1
+        frac[high], index[high] = 0, src_size - 1
+    coef = np.float32(_RESIZE_COEF_SCALE)
+    weight0 = np.rint((np.float32(1) - frac) * coef).astype(np.int64)
+    weight1 = np.rint(frac * coef).astype(np.int64)
+    return index, weight0, weight1
+
+
+def resize_linear(pixels, height, width):
+    """Resize (C, H, W) uint8 pixels to (C, height, width) exactly as OpenCV's
+    ``cv::resize(..., INTER_LINEAR)`` does for 8-bit images."""
+    channels, src_h, src_w = pixels.shape
+    if (src_h, src_w) == (height, width):
+        return pixels
+    xofs, alpha0, alpha1 = _axis_table(src_w, width, clamp=True)
+    yofs, beta0, beta1 = _axis_table(src_h, height, clamp=False)
+    row0 = np.clip(yofs, 0, src_h - 1)
+    row1 = np.clip(yofs + 1, 0, src_h - 1)
+    out = np.empty((channels, height, width), np.uint8)
+    _resize_kernel(np.ascontiguousarray(pixels), xofs, alpha0, alpha1, row0, row1, beta0,
+                   beta1, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _resize_kernel(src, xofs, alpha0, alpha1, row0, row1, beta0, beta1, out):
+    channels, height, width = out.shape
+    last = src.shape[2] - 1
+    for c in range(channels):
+        for y in range(height):
+            r0, r1 = row0[y], row1[y]
+            b0, b1 = beta0[y], beta1[y]
+            for x in range(width):
+                x0 = xofs[x]
+                x1 = min(x0 + 1, last)
+                s0 = src[c, r0, x0] * alpha0[x] + src[c, r0, x1] * alpha1[x]
+                s1 = src[c, r1, x0] * alpha0[x] + src[c, r1, x1] * alpha1[x]
+                # OpenCV's vectorised vertical pass: 16-bit products, keep the high halves.
+                value = ((((s0 >> 4) * b0) >> 16) + (((s1 >> 4) * b1) >> 16) + 2) >> 2
+                out[c, y, x] = min(max(value, 0), 255)

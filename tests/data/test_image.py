@@ -1,0 +1,114 @@
+"""Image decoding and resizing give OpenCV's numbers (golden values from OpenCV 4.10)."""
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pycaffe_cli.data.image import decode_image, read_image, resize_linear
+from pycaffe_cli.errors import CaffeError
+
+
+def pattern():
+    """(5, 7, 3) HWC test image: no two neighbours alike, some wrap-around jumps."""
+    i, j, c = np.meshgrid(np.arange(5), np.arange(7), np.arange(3), indexing="ij")
+    return ((i * 37 + j * 11 + c * 53 + i * j * 5) % 256).astype(np.uint8)
+
+
+# cv2.resize(pattern(), (4, 3), interpolation=cv2.INTER_LINEAR), as (C, H, W).
+CV_DOWN = [[[17, 39, 61, 83], [82, 119, 155, 192], [147, 198, 100, 76]],
+           [[70, 92, 114, 137], [135, 172, 208, 245], [199, 80, 57, 98]],
+           [[123, 145, 167, 189], [188, 225, 37, 42], [189, 48, 99, 151]]]
+# cv2.resize(pattern()[:, :, 1], (11, 8), interpolation=cv2.INTER_LINEAR).
+CV_UP = [[53, 58, 65, 72, 79, 86, 93, 100, 107, 114, 119],
+         [69, 75, 84, 92, 100, 109, 117, 126, 134, 142, 148],
+         [92, 100, 110, 120, 131, 141, 151, 162, 172, 183, 190],
+         [115, 124, 137, 149, 161, 174, 186, 198, 211, 223, 232],
+         [139, 149, 163, 177, 192, 206, 170, 155, 169, 184, 194],
+         [162, 173, 190, 206, 222, 239, 102, 31, 48, 64, 76],
+         [185, 198, 203, 130, 109, 127, 74, 52, 70, 89, 102],
+         [201, 215, 211, 68, 18, 38, 58, 77, 97, 117, 131]]
+
+
+def chw(hwc):
+    return np.ascontiguousarray(hwc.transpose(2, 0, 1))
+
+
+def test_resize_matches_opencv_downscale():
+    np.testing.assert_array_equal(resize_linear(chw(pattern()), 3, 4), CV_DOWN)
+
+
+def test_resize_matches_opencv_upscale():
+    np.testing.assert_array_equal(resize_linear(chw(pattern()[:, :, 1:2]), 8, 11)[0], CV_UP)
+
+
+def test_resize_exact_half_is_2x2_average():
+    src = np.random.default_rng(0).integers(0, 256, (2, 6, 8), dtype=np.uint8)
+    blocks = src.reshape(2, 3, 2, 4, 2).astype(np.int64).sum(axis=(2, 4))
+    np.testing.assert_array_equal(resize_linear(src, 3, 4), (blocks + 2) >> 2)
+
+
+def test_resize_same_size_is_identity():
+    src = chw(pattern())
+    assert resize_linear(src, 5, 7) is src
+
+
+def encode(array, fmt, **options):
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, fmt, **options)
+    return buffer.getvalue()
+
+
+def test_decode_colour_is_bgr_channel_first():
+    rgb = pattern()
+    data = encode(rgb, "PNG")
+    np.testing.assert_array_equal(decode_image(data, True), chw(rgb[:, :, ::-1]))
+    np.testing.assert_array_equal(decode_image(data, None), chw(rgb[:, :, ::-1]))
+
+
+def test_decode_gray_png_uses_libpng_weights():
+    rgb = pattern().astype(np.int64)
+    expected = (9797 * rgb[..., 0] + 19234 * rgb[..., 1] + 3737 * rgb[..., 2]) >> 15
+    gray = decode_image(encode(pattern(), "PNG"), False)
+    assert gray.shape == (1, 5, 7)
+    np.testing.assert_array_equal(gray[0], expected)
+
+
+def test_decode_gray_bmp_uses_cvtcolor_weights():
+    rgb = pattern().astype(np.int64)
+    expected = (4899 * rgb[..., 0] + 9617 * rgb[..., 1] + 1868 * rgb[..., 2] + 8192) >> 14
+    np.testing.assert_array_equal(decode_image(encode(pattern(), "BMP"), False)[0], expected)
+
+
+def test_decode_gray_jpeg_is_the_luma_plane():
+    data = encode(pattern(), "JPEG", quality=95)
+    luma = Image.open(io.BytesIO(data))
+    luma.draft("L", luma.size)
+    np.testing.assert_array_equal(decode_image(data, False)[0], np.asarray(luma))
+
+
+def test_decode_gray_image_native_and_forced_colour():
+    gray = pattern()[:, :, 0]
+    data = encode(gray, "PNG")
+    np.testing.assert_array_equal(decode_image(data, None), gray[None])
+    np.testing.assert_array_equal(decode_image(data, True), np.repeat(gray[None], 3, axis=0))
+
+
+def test_decode_drops_alpha():
+    rgba = np.concatenate([pattern(), np.full((5, 7, 1), 9, np.uint8)], axis=2)
+    np.testing.assert_array_equal(decode_image(encode(rgba, "PNG"), True),
+                                  chw(pattern()[:, :, ::-1]))
+
+
+def test_decode_garbage_is_a_caffe_error():
+    with pytest.raises(CaffeError, match="could not decode thing"):
+        decode_image(b"not an image", True, "thing")
+
+
+def test_read_image_resizes_and_reports_missing_files(tmp_path):
+    path = tmp_path / "a.png"
+    Image.fromarray(pattern()).save(path)
+    np.testing.assert_array_equal(read_image(str(path), 3, 4, True),
+                                  resize_linear(chw(pattern()[:, :, ::-1]), 3, 4))
+    with pytest.raises(CaffeError, match="nope.png"):
+        read_image(str(tmp_path / "nope.png"))
