@@ -1,0 +1,287 @@
+"""What Convolution and Deconvolution share (Caffe's BaseConvolutionLayer).
+
+Both are GEMMs over column buffers. Caffe names the two sides of the convolution "input" and
+"output": the input image is the one that gets unfolded by im2col (the bottom of a
+Convolution, the top of a Deconvolution) and the output is the matrix side. With G groups,
+weights W viewed as (G, conv_out_channels / G, kernel_dim) and col = im2col(input) as
+(G, kernel_dim, num P) -- the whole batch in one buffer, so each product is ONE GEMM:
+
+    forward_gemm:   output = W_g  @ im2col(input)                        (+ bias)
+    backward_gemm:  input  = col2im(W_g^T @ output)
+    weight_gemm:    dW_g  += output_g @ im2col(input)_g^T
+
+Convolution runs them as forward / (weight, backward) and Deconvolution as backward /
+(weight, forward). 1x1 windows with stride 1 and no pad need no im2col: the input itself is
+the column matrix of each image, multiplied in place by batched GEMMs. Buffers are allocated
+in ``reshape`` and reused; batches whose column buffer would exceed ``COL_BUFFER_LIMIT``
+elements run in a few blocks of images.
+"""
+import math
+
+import numpy as np
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.fillers import fill
+from pycaffe_cli.layers.base import Layer
+from pycaffe_cli.layers.kernels.cpu import im2col as kernels
+from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
+from pycaffe_cli.layers.views import layer_axis
+
+COL_BUFFER_LIMIT = 1 << 25  # elements (128 MiB of float32) per column buffer
+
+
+class ColumnGeometry:
+    """A window (kernel, pad, stride, dilation per spatial axis) over images of one shape,
+    with im2col/col2im dispatched to the 2-d kernels or the N-d ones (as Caffe does)."""
+
+    def __init__(self, kernel, pad, stride, dilation, force_nd):
+        self.kernel, self.pad, self.stride, self.dilation = kernel, pad, stride, dilation
+        self.use_2d = len(kernel) == 2 and not force_nd
+        self._nd = [np.array(v, np.int64) for v in (kernel, pad, stride, dilation)]
+        self.channels = 0
+        self.im_shape = ()
+        self.out_shape = ()
+
+    def output_shape(self, im_shape):
+        """Per-axis output sizes for an input of spatial shape ``im_shape``."""
+        return tuple(conv_out_size(size, k, p, s, d) for size, k, p, s, d in
+                     zip(im_shape, self.kernel, self.pad, self.stride, self.dilation))
+
+    def set_image(self, channels, im_shape):
+        """Fix the unfolded image shape; returns the output (column) spatial shape."""
+        self.channels = channels
+        self.im_shape = tuple(im_shape)
+        self.out_shape = self.output_shape(im_shape)
+        self._im_nd = np.array(self.im_shape, np.int64)
+        return self.out_shape
+
+    def _args(self):
+        (kh, kw), (ph, pw), (sh, sw), (dh, dw) = (self.kernel, self.pad, self.stride,
+                                                  self.dilation)
+        return (self.channels,) + self.im_shape + (kh, kw, ph, pw, sh, sw, dh, dw)
+
+    def im2col(self, im, num, col, batch_major):
+        """Unfold ``num`` images (flat ``im``) into the flat buffer ``col``."""
+        if self.use_2d:
+            kernels.im2col_batch(im, num, *self._args(), col, batch_major)
+        else:
+            kernels.im2col_nd(im, num, self.channels, self._im_nd, *self._nd, col, batch_major)
+
+    def col2im(self, col, num, im, batch_major):
+        """Fold ``col`` back into ``num`` images, overwriting the flat ``im``."""
+        if self.use_2d:
+            kernels.col2im_batch(col, num, *self._args(), im, batch_major)
+        else:
+            kernels.col2im_nd(col, num, self.channels, self._im_nd, *self._nd, im, batch_major)
+
+
+def _grow(buffer, size):
+    """``buffer`` if it holds ``size`` elements, else a new float32 buffer that does."""
+    return buffer if buffer.size >= size else np.empty(size, np.float32)
+
+
+def _drop_leading_ones(shape):
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+class BaseConvolutionLayer(Layer):
+    """Parameters, shapes and the three GEMMs of (de)convolution. Subclasses set
+    ``reverse_dimensions`` and ``compute_output_shape`` and write forward/backward."""
+
+    min_num_bottom = 1
+    min_num_top = 1
+    equal_num_bottom_top = True
+    reverse_dimensions = False
+
+    def compute_output_shape(self, in_shape):
+        raise NotImplementedError
+
+    # --- set-up ------------------------------------------------------------------------
+    def layer_setup(self, bottom, top):
+        p = self.param.convolution_param
+        self.channel_axis = layer_axis(self, bottom[0], p.axis)
+        self.num_spatial_axes = bottom[0].num_axes - self.channel_axis - 1
+        kernel, pad, stride, dilation = conv_geometry(p, self.num_spatial_axes, self.name)
+        self.geometry = ColumnGeometry(kernel, pad, stride, dilation, p.force_nd_im2col)
+        self.is_1x1 = all(k == 1 and s == 1 and q == 0 for k, s, q in zip(kernel, stride, pad))
+        self.channels = bottom[0].shape[self.channel_axis]
+        self.num_output = p.num_output
+        self.group = p.group
+        self._check_channels()
+        if self.reverse_dimensions:
+            self.conv_out_channels, self.conv_in_channels = self.channels, self.num_output
+        else:
+            self.conv_out_channels, self.conv_in_channels = self.num_output, self.channels
+        self.bias_term = p.bias_term
+        weight_shape = (self.conv_out_channels, self.conv_in_channels // self.group) + kernel
+        if self.blobs:
+            self._check_given_blobs(weight_shape)
+        else:
+            self.blobs = [Blob(weight_shape)]
+            fill(self.blobs[0], p.weight_filler, self.name)
+            if self.bias_term:
+                self.blobs.append(Blob((self.num_output,)))
+                fill(self.blobs[1], p.bias_filler, self.name)
+        self.kernel_dim = math.prod(weight_shape[1:])
+        self.param_propagate_down = [True] * len(self.blobs)
+        self._col = np.empty(0, np.float32)
+        self._mat = np.empty(0, np.float32)
+
+    def _check_channels(self):
+        if self.num_output <= 0:
+            raise self.error(f"convolution_param.num_output must be positive, got "
+                             f"{self.num_output}")
+        if self.group <= 0:
+            raise self.error(f"convolution_param.group must be positive, got {self.group}")
+        if self.channels % self.group:
+            raise self.error(f"the input's {self.channels} channels are not divisible by "
+                             f"group {self.group}")
+        if self.num_output % self.group:
+            raise self.error(f"Number of output should be multiples of group: num_output "
+                             f"{self.num_output}, group {self.group}")
+
+    def _check_given_blobs(self, weight_shape):
+        wanted = [weight_shape] + ([(self.num_output,)] if self.bias_term else [])
+        if len(self.blobs) != len(wanted):
+            raise self.error(f"Incorrect number of weight blobs: expected {len(wanted)} "
+                             f"(bias_term: {str(self.bias_term).lower()}), got "
+                             f"{len(self.blobs)}")
+        for blob, shape, what in zip(self.blobs, wanted, ("weight", "bias")):
+            # Legacy 4-d blob shapes (1 1 1 N for a bias) are the same blob.
+            if _drop_leading_ones(blob.shape) != _drop_leading_ones(shape):
+                raise self.error(f"Incorrect {what} shape: expected shape "
+                                 f"{Blob(shape).shape_string()}; instead, shape was "
+                                 f"{blob.shape_string()}")
+            blob.reshape(shape)
+
+    # --- shapes ------------------------------------------------------------------------
+    def reshape(self, bottom, top):
+        first_spatial = self.channel_axis + 1
+        shape = bottom[0].shape
+        if len(shape) != first_spatial + self.num_spatial_axes:
+            raise self.error(f"bottom num_axes may not change (was "
+                             f"{first_spatial + self.num_spatial_axes}, now "
+                             f"{bottom[0].shape_string()})")
+        if shape[self.channel_axis] != self.channels:
+            raise self.error(f"Input size incompatible with convolution kernel: the bottom "
+                             f"{bottom[0].shape_string()} has {shape[self.channel_axis]} "
+                             f"channels, the weights expect {self.channels}")
+        for blob in bottom[1:]:
+            if blob.shape != shape:
+                raise self.error(f"All inputs must have the same shape: "
+                                 f"{bottom[0].shape_string()} vs {blob.shape_string()}")
+        self.num = bottom[0].count(0, self.channel_axis)
+        in_shape = shape[first_spatial:]
+        out_shape = self.compute_output_shape(in_shape)
+        if any(size <= 0 for size in out_shape):
+            raise self.error(f"the window (kernel {self.geometry.kernel}, pad "
+                             f"{self.geometry.pad}, dilation {self.geometry.dilation}) does "
+                             f"not fit the input {bottom[0].shape_string()}: output size "
+                             f"{out_shape}")
+        for blob in top:
+            blob.reshape(shape[:self.channel_axis] + (self.num_output,) + out_shape)
+        im_shape, col_shape = (out_shape, in_shape) if self.reverse_dimensions \
+            else (in_shape, out_shape)
+        self.geometry.set_image(self.conv_in_channels, im_shape)
+        self.im_dim = self.conv_in_channels * math.prod(im_shape)
+        self.out_spatial_dim = math.prod(col_shape)
+        self.mat_dim = self.conv_out_channels * self.out_spatial_dim
+        per_image = self.kernel_dim * self.group * self.out_spatial_dim
+        self.block = max(1, min(self.num, COL_BUFFER_LIMIT // max(per_image, 1)))
+        if not self.is_1x1:
+            self._col = _grow(self._col, per_image * self.block)
+        self._mat = _grow(self._mat, self.mat_dim * self.block)
+
+    def blocks(self):
+        """(first image, image count) of each block of the batch."""
+        return [(n, min(self.block, self.num - n)) for n in range(0, self.num, self.block)]
+
+    # --- views -------------------------------------------------------------------------
+    def im_block(self, array, first, count):
+        """Flat view of images [first, first + count) of an input-side array."""
+        return array.reshape(-1)[first * self.im_dim:(first + count) * self.im_dim]
+
+    def mat_block(self, array, first, count):
+        """(count, conv_out_channels, P) view of an output-side array."""
+        return array.reshape(self.num, self.conv_out_channels, -1)[first:first + count]
+
+    def _weights(self):
+        g = self.group
+        return self.blobs[0].data.reshape(g, self.conv_out_channels // g, self.kernel_dim)
+
+    def _col_matrix(self, count):
+        size = self.kernel_dim * self.group * self.out_spatial_dim * count
+        self._col = _grow(self._col, size)
+        return self._col[:size].reshape(self.group, self.kernel_dim, -1)
+
+    def _mat_matrix(self, count):
+        size = self.mat_dim * count
+        return self._mat[:size].reshape(self.group, self.conv_out_channels // self.group, -1)
+
+    def _split_groups(self, array, count, channels):
+        return array.reshape(count, self.group, channels // self.group, -1)
+
+    def _im2col(self, im, count):
+        """The column matrix (G, kernel_dim, count P) of ``count`` flat input images."""
+        col = self._col_matrix(count)
+        if self.is_1x1:
+            cols = col.reshape(self.conv_in_channels, count, -1)
+            np.copyto(cols, im.reshape(count, self.conv_in_channels, -1).transpose(1, 0, 2))
+        else:
+            self.geometry.im2col(im, count, col.reshape(-1), False)
+        return col
+
+    def _mat_transposed(self, mat, count):
+        """The output side (count, C_out, P) as the matrix (G, C_out / G, count P)."""
+        y = self._mat_matrix(count)
+        np.copyto(y.reshape(self.conv_out_channels, count, -1), mat.transpose(1, 0, 2))
+        return y
+
+    # --- the three GEMMs ---------------------------------------------------------------
+    def forward_gemm(self, im, mat, count, bias=None, skip_im2col=False):
+        """mat (count, C_out, P) = W @ im2col(im) (+ bias), ``im`` flat input images."""
+        weights = self._weights()
+        if self.is_1x1:
+            x = self._split_groups(im, count, self.conv_in_channels)
+            np.matmul(weights, x, out=self._split_groups(mat, count, self.conv_out_channels))
+            if bias is not None:
+                mat += bias.reshape(1, -1, 1)
+            return
+        col = self._col_matrix(count) if skip_im2col else self._im2col(im, count)
+        y = self._mat_matrix(count)
+        np.matmul(weights, col, out=y)
+        y = y.reshape(self.conv_out_channels, count, -1).transpose(1, 0, 2)
+        if bias is None:
+            np.copyto(mat, y)
+        else:
+            np.add(y, bias.reshape(1, -1, 1), out=mat)
+
+    def backward_gemm(self, mat, im, count, mat_transposed=None):
+        """im (flat input images) = col2im(W^T @ mat), ``mat`` (count, C_out, P)."""
+        weights_t = self._weights().transpose(0, 2, 1)
+        if self.is_1x1:
+            y = self._split_groups(mat, count, self.conv_out_channels)
+            np.matmul(weights_t, y, out=self._split_groups(im, count, self.conv_in_channels))
+            return
+        y = self._mat_transposed(mat, count) if mat_transposed is None else mat_transposed
+        col = self._col_matrix(count)
+        np.matmul(weights_t, y, out=col)
+        self.geometry.col2im(col.reshape(-1), count, im, False)
+
+    def weight_gemm(self, im, mat, count):
+        """dW += mat @ im2col(im)^T; returns ``mat`` transposed for a following
+        backward_gemm, and leaves im2col(im) in the column buffer."""
+        col = self._im2col(im, count)
+        y = self._mat_transposed(mat, count)
+        grad = np.matmul(y, col.transpose(0, 2, 1))
+        self.blobs[0].diff.reshape(grad.shape)[...] += grad
+        return y
+
+    def backward_bias(self, diff):
+        """db += the output-side diff summed over images and positions."""
+        if self.bias_term and self.param_propagate_down[1]:
+            sums = diff.reshape(self.num, self.num_output, -1).sum(axis=(0, 2))
+            self.blobs[1].diff[...] += sums

@@ -1,0 +1,226 @@
+"""im2col / col2im: unfold convolution windows into a matrix and fold it back (CPU, numba).
+
+Layout (Caffe's util/im2col.cpp). For one image of ``channels`` x H x W and a window of
+``kernel_h`` x ``kernel_w``, the column matrix has one row per (channel, window offset) and one
+column per output position::
+
+    row r = (c * kernel_h + ki) * kernel_w + kj          (channels * kernel_h * kernel_w rows)
+    col p = oh * out_w + ow                              (out_h * out_w columns)
+    col[r, p] = image[c, oh * stride_h - pad_h + ki * dilation_h,
+                         ow * stride_w - pad_w + kj * dilation_w]   (0 outside the image)
+
+with ``out = conv_out_size(size, kernel, pad, stride, dilation)``. The N-d versions use the
+same rule per spatial axis, kernel offsets and output positions both in C order.
+
+Batched buffers hold ``num`` images in one of two layouts:
+
+* ``batch_major=False``: (rows, num, P) -- the columns of all images side by side, so a
+  convolution is ONE GEMM ``W (M x rows) @ col (rows x num P)`` over the batch;
+* ``batch_major=True``: (num, rows, P) -- Caffe's per-image blocks (the Im2col layer's top).
+
+``col2im`` is the adjoint of ``im2col``: every image element is the SUM of the column entries
+that read it. It is written as a gather -- each image plane is owned by one thread, which
+adds up its own contributions, in Caffe's order (row by row) -- so no two threads ever write
+the same element and a GPU port needs no atomics.
+
+All arrays are flat (1-d) C-contiguous views; pass ``blob.data.reshape(-1)``.
+"""
+import numpy as np
+from numba import njit, prange
+
+from pycaffe_cli.layers.kernels.geometry import conv_out_size
+
+
+@njit(cache=True, inline="always")
+def _inside(offset, stride, size, out_size):
+    """[lo, hi): the outputs o with 0 <= o * stride + offset < size, clipped to out_size."""
+    lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
+    hi = (size - offset + stride - 1) // stride if size > offset else 0
+    lo = min(lo, out_size)
+    hi = min(max(hi, lo), out_size)
+    return lo, hi
+
+
+@njit(cache=True, inline="always")
+def _strides(num, rows, plane, batch_major):
+    """(row stride, image stride) of a batched column buffer."""
+    if batch_major:
+        return plane, rows * plane
+    return num * plane, plane
+
+
+@njit(cache=True, parallel=True)
+def im2col_batch(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                 stride_h, stride_w, dilation_h, dilation_w, col, batch_major):
+    """Unfold ``num`` images (num, channels, height, width) into ``col`` (see module doc).
+
+    Parallel over the column rows; each row's outputs are written contiguously.
+    """
+    out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
+    out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
+    rows = channels * kernel_h * kernel_w
+    row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
+    for r in prange(rows):
+        kj = r % kernel_w
+        ki = (r // kernel_w) % kernel_h
+        c = r // (kernel_w * kernel_h)
+        h_off = ki * dilation_h - pad_h
+        w_off = kj * dilation_w - pad_w
+        lo, hi = _inside(w_off, stride_w, width, out_w)
+        for n in range(num):
+            plane = (n * channels + c) * height
+            for oh in range(out_h):
+                dst = r * row_stride + n * image_stride + oh * out_w
+                ih = oh * stride_h + h_off
+                if ih < 0 or ih >= height:
+                    col[dst:dst + out_w] = 0
+                    continue
+                col[dst:dst + lo] = 0
+                src = (plane + ih) * width + w_off
+                for ow in range(lo, hi):
+                    col[dst + ow] = data[src + ow * stride_w]
+                col[dst + hi:dst + out_w] = 0
+
+
+@njit(cache=True, parallel=True)
+def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                 stride_h, stride_w, dilation_h, dilation_w, data, batch_major):
+    """Fold ``col`` back into ``num`` images, overwriting ``data``: the adjoint of im2col.
+
+    Parallel over image planes (n, c); each plane gathers its own column entries.
+    """
+    out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
+    out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
+    rows = channels * kernel_h * kernel_w
+    row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
+    for plane in prange(num * channels):
+        n = plane // channels
+        c = plane % channels
+        base = plane * height * width
+        data[base:base + height * width] = 0
+        for ih in range(height):
+            for ki in range(kernel_h):
+                t = ih + pad_h - ki * dilation_h
+                if t < 0 or t % stride_h != 0 or t // stride_h >= out_h:
+                    continue
+                oh = t // stride_h
+                for kj in range(kernel_w):
+                    r = (c * kernel_h + ki) * kernel_w + kj
+                    w_off = kj * dilation_w - pad_w
+                    lo, hi = _inside(w_off, stride_w, width, out_w)
+                    src = r * row_stride + n * image_stride + oh * out_w
+                    dst = base + ih * width + w_off
+                    for ow in range(lo, hi):
+                        data[dst + ow * stride_w] += col[src + ow]
+
+
+@njit(cache=True)
+def im2col(data, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
+           stride_w, dilation_h, dilation_w, col):
+    """Caffe's im2col_cpu for one image: col (channels kernel_h kernel_w, out_h out_w)."""
+    im2col_batch(data, 1, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                 stride_h, stride_w, dilation_h, dilation_w, col, True)
+
+
+@njit(cache=True)
+def col2im(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
+           stride_w, dilation_h, dilation_w, data):
+    """Caffe's col2im_cpu for one image (``data`` is overwritten with the folded sums)."""
+    col2im_batch(col, 1, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                 stride_h, stride_w, dilation_h, dilation_w, data, True)
+
+
+@njit(cache=True)
+def nd_out_shape(im_shape, kernel, pad, stride, dilation):
+    """Per-axis conv output sizes (int64 array) of an N-d window."""
+    out = np.empty(len(im_shape), np.int64)
+    for d in range(len(im_shape)):
+        out[d] = conv_out_size(im_shape[d], kernel[d], pad[d], stride[d], dilation[d])
+    return out
+
+
+@njit(cache=True, parallel=True)
+def im2col_nd(data, num, channels, im_shape, kernel, pad, stride, dilation, col, batch_major):
+    """N-d im2col (Caffe's im2col_nd_cpu) for ``num`` images (num, channels, *im_shape).
+
+    ``im_shape``, ``kernel``, ``pad``, ``stride``, ``dilation``: int64 arrays, one value per
+    spatial axis. Rows are (c, k_0, ..., k_{D-1}), columns (o_0, ..., o_{D-1}), C order.
+    """
+    axes = len(im_shape)
+    out_shape = nd_out_shape(im_shape, kernel, pad, stride, dilation)
+    kernel_size = 1
+    im_size = 1
+    out_size = 1
+    for d in range(axes):
+        kernel_size *= kernel[d]
+        im_size *= im_shape[d]
+        out_size *= out_shape[d]
+    rows = channels * kernel_size
+    row_stride, image_stride = _strides(num, rows, out_size, batch_major)
+    for r in prange(rows):
+        c = r // kernel_size
+        offset = np.empty(axes, np.int64)
+        rest = r % kernel_size
+        for d in range(axes - 1, -1, -1):
+            offset[d] = (rest % kernel[d]) * dilation[d] - pad[d]
+            rest //= kernel[d]
+        for n in range(num):
+            image = (n * channels + c) * im_size
+            dst = r * row_stride + n * image_stride
+            for p in range(out_size):
+                rest = p
+                index = 0
+                scale = 1
+                inside = True
+                for d in range(axes - 1, -1, -1):
+                    i = (rest % out_shape[d]) * stride[d] + offset[d]
+                    rest //= out_shape[d]
+                    if i < 0 or i >= im_shape[d]:
+                        inside = False
+                        break
+                    index += i * scale
+                    scale *= im_shape[d]
+                col[dst + p] = data[image + index] if inside else 0
+
+
+@njit(cache=True, parallel=True)
+def col2im_nd(col, num, channels, im_shape, kernel, pad, stride, dilation, data, batch_major):
+    """N-d col2im: the adjoint of ``im2col_nd``, overwriting ``data`` (a per-element gather)."""
+    axes = len(im_shape)
+    out_shape = nd_out_shape(im_shape, kernel, pad, stride, dilation)
+    kernel_size = 1
+    im_size = 1
+    out_size = 1
+    for d in range(axes):
+        kernel_size *= kernel[d]
+        im_size *= im_shape[d]
+        out_size *= out_shape[d]
+    rows = channels * kernel_size
+    row_stride, image_stride = _strides(num, rows, out_size, batch_major)
+    for plane in prange(num * channels):
+        n = plane // channels
+        c = plane % channels
+        position = np.empty(axes, np.int64)
+        for q in range(im_size):
+            rest = q
+            for d in range(axes - 1, -1, -1):
+                position[d] = rest % im_shape[d]
+                rest //= im_shape[d]
+            element = plane * im_size + q
+            data[element] = 0
+            for k in range(kernel_size):
+                rest = k
+                index = 0
+                scale = 1
+                hit = True
+                for d in range(axes - 1, -1, -1):
+                    t = position[d] + pad[d] - (rest % kernel[d]) * dilation[d]
+                    rest //= kernel[d]
+                    if t < 0 or t % stride[d] != 0 or t // stride[d] >= out_shape[d]:
+                        hit = False
+                        break
+                    index += (t // stride[d]) * scale
+                    scale *= out_shape[d]
+                if hit:
+                    data[element] += col[(c * kernel_size + k) * row_stride
+                                         + n * image_stride + index]
