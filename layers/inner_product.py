@@ -5,7 +5,7 @@ The bottom is viewed as an M x K matrix X, splitting its axes at ``axis``
 and bias b (N):
 
     forward:   Y = X W^T + 1 b^T          (transpose: Y = X W)
-    backward:  dW += dY^T X               (transpose: dW += X^T dY)
+    backward:  dW += dY^T X               (transpose: dW += X^T dY; in row blocks)
                db += dY^T 1
                dX  = dY W                 (transpose: dX = dY W^T)
 
@@ -16,6 +16,7 @@ import numpy as np
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.layers.views import layer_axis
 
 
@@ -84,9 +85,9 @@ class InnerProductLayer(Layer):
         x = bottom[0].data.reshape(self.m, self.k)
         if self.param_propagate_down[0]:
             if self.transpose:
-                self.blobs[0].diff.reshape(self.k, self.num_output)[...] += x.T @ dy
+                gemm_accumulate(x.T, dy, self.blobs[0].diff.reshape(self.k, self.num_output))
             else:
-                self.blobs[0].diff.reshape(self.num_output, self.k)[...] += dy.T @ x
+                gemm_accumulate(dy.T, x, self.blobs[0].diff.reshape(self.num_output, self.k))
         if self.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff.reshape(-1)[...] += dy.sum(axis=0)
         if propagate_down[0]:
