@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-fast proto bench clean
+.PHONY: setup demo demo-mlp test test-fast proto bench clean
 
 setup: $(STAMP)
 
@@ -14,8 +14,16 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The main job: make a small dataset locally, then train on it with the pycaffe CLI.
+# The main job: generate the digits data set locally, train LeNet on it, score the result.
 demo: setup
+	rm -rf data/digits
+	$(BIN)/python scripts/make_digits.py --out data/digits
+	$(BIN)/pycaffe train --solver models/lenet/lenet_solver.prototxt
+	$(BIN)/pycaffe test --model models/lenet/lenet_train_test.prototxt \
+		--weights data/digits/lenet_iter_2000.caffemodel --iterations 20
+
+# A smaller job: a perceptron on generated HDF5 data.
+demo-mlp: setup
 	$(BIN)/python scripts/make_hdf5_demo.py --out data/mlp
 	$(BIN)/pycaffe train --solver models/mlp/solver.prototxt
 	$(BIN)/pycaffe test --model models/mlp/train_test.prototxt \
@@ -33,6 +41,10 @@ test-fast: setup
 proto: setup
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto proto/caffe.proto
+
+# CPU benchmark (scripts/bench): pycaffe time on LeNet and CaffeNet against numpy's GEMM rate.
+bench: setup
+	$(BIN)/python scripts/bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache data
