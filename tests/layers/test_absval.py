@@ -1,0 +1,55 @@
+"""AbsVal: forward against numpy, gradients away from the kink, sign(0) = 0, no in-place."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer, v1_type_name
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
+ABSVAL = 'name: "abs" type: "AbsVal"'
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward(shape):
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    layer, bottom, top = set_up(ABSVAL, [x])
+    layer.forward(bottom, top)
+    assert top[0].shape == shape
+    np.testing.assert_array_equal(top[0].data, np.abs(x))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gradient(shape):
+    x = np.random.default_rng(1).normal(size=shape)
+    layer, bottom, top = set_up(ABSVAL, [x])
+    check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01)
+
+
+def test_backward_is_sign_times_top_diff():
+    layer, bottom, top = set_up(ABSVAL, [np.array([-2.0, 0.0, 3.0])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = [0.5, 7.0, -1.5]
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [-0.5, 0.0, -1.5])
+
+
+def test_no_propagate_down_leaves_bottom_diff():
+    layer, bottom, top = set_up(ABSVAL, [np.array([-2.0, 3.0])])
+    layer.forward(bottom, top)
+    bottom[0].diff[...] = 9
+    top[0].diff[...] = 1
+    layer.backward(top, [False], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [9, 9])
+
+
+def test_in_place_is_refused():
+    blob = blob_of(np.ones((2, 3)))
+    layer = create_layer(layer_param(ABSVAL))
+    with pytest.raises(CaffeError, match='"abs".*in-place'):
+        layer.setup([blob], [blob])
+
+
+def test_v1_name():
+    assert v1_type_name("ABSVAL") == "AbsVal"

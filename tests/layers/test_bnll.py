@@ -1,0 +1,77 @@
+"""BNLL (softplus): forward against a float64 reference including large |x|, gradients,
+Caffe's threshold in backward, in-place use."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.layers.base import create_layer, v1_type_name
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
+BNLL = 'name: "bnll" type: "BNLL"'
+
+
+def softplus(x):
+    x = np.asarray(x, np.float64)
+    return np.logaddexp(0.0, x)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward(shape):
+    x = np.random.default_rng(0).normal(scale=3.0, size=shape).astype(np.float32)
+    layer, bottom, top = set_up(BNLL, [x])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, softplus(x), rtol=1e-6, atol=1e-7)
+    assert np.all(top[0].data >= 0) and np.all(top[0].data >= x)
+
+
+def test_forward_is_stable_for_large_inputs():
+    x = np.array([-200.0, -60.0, -1e-3, 0.0, 1e-3, 60.0, 200.0, 1e30])
+    layer, bottom, top = set_up(BNLL, [x])
+    layer.forward(bottom, top)
+    assert np.all(np.isfinite(top[0].data))
+    # Caffe's log(1. + exp(x)) rounds the tiny values of very negative x to 0
+    np.testing.assert_allclose(top[0].data, softplus(x.astype(np.float32)), rtol=1e-6,
+                               atol=1e-20)
+    assert top[0].data[-1] == np.float32(1e30)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gradient(shape):
+    x = np.random.default_rng(1).normal(size=shape)
+    layer, bottom, top = set_up(BNLL, [x])
+    check_gradient(layer, bottom, top, threshold=1e-3)
+
+
+def test_backward_values_and_threshold():
+    x = np.array([-3.0, 0.0, 2.0, 49.0, 80.0, 1e30], np.float32)
+    layer, bottom, top = set_up(BNLL, [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 2.0
+    layer.backward(top, [True], bottom)
+    e = np.exp(np.minimum(x.astype(np.float64), 50.0))
+    np.testing.assert_allclose(bottom[0].diff, 2.0 * e / (e + 1.0), rtol=1e-6)
+    assert np.all(np.isfinite(bottom[0].diff))
+
+
+def test_in_place_matches_out_of_place():
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    results = []
+    for in_place in (False, True):
+        layer = create_layer(layer_param(BNLL))
+        bottom = blob_of(x)
+        top = bottom if in_place else Blob()
+        layer.setup([bottom], [top])
+        layer.forward([bottom], [top])
+        y = top.data.copy()
+        top.diff[...] = dy
+        layer.backward([top], [True], [bottom])
+        results.append((y, bottom.diff.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_v1_name():
+    assert v1_type_name("BNLL") == "BNLL"

@@ -1,0 +1,87 @@
+"""Clip: forward against numpy for several ranges (min > max included), gradients away from
+the bounds, inclusive bounds in backward, required params, in-place use."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
+RANGES = [(-0.5, 0.5), (0.0, 1.0), (-2.0, -1.0), (0.3, 0.3)]
+
+
+def clip(lo, hi):
+    return f'name: "clip" type: "Clip" clip_param {{ min: {lo} max: {hi} }}'
+
+
+def inputs(shape, lo, hi, seed=0):
+    """Gaussian values kept 0.03 away from both bounds (the finite-difference step is 0.01)."""
+    x = np.random.default_rng(seed).normal(scale=1.5, size=shape)
+    for bound in (lo, hi):
+        near = np.abs(x - bound) < 0.03
+        x[near] = bound + 0.05 * np.where(x[near] >= bound, 1, -1)
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("lo, hi", RANGES)
+def test_forward(shape, lo, hi):
+    x = inputs(shape, lo, hi)
+    layer, bottom, top = set_up(clip(lo, hi), [x])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data,
+                                  np.minimum(np.maximum(x, np.float32(lo)), np.float32(hi)))
+
+
+def test_min_above_max_gives_min_as_caffe():
+    layer, bottom, top = set_up(clip(1.0, -1.0), [np.array([-3.0, 0.0, 3.0])])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("lo, hi", RANGES[:3])
+def test_gradient(shape, lo, hi):
+    layer, bottom, top = set_up(clip(lo, hi), [inputs(shape, lo, hi, 1)])
+    # inputs() keeps clear of max; the checker skips anything within reach of min
+    check_gradient(layer, bottom, top, threshold=1e-3, kink=lo, kink_range=0.02)
+
+
+def test_gradient_passes_at_both_bounds():
+    layer, bottom, top = set_up(clip(-1, 2), [np.array([-1.5, -1.0, 0.0, 2.0, 2.5])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = [1, 2, 3, 4, 5]
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [0, 2, 3, 4, 0])
+
+
+def test_in_place_matches_out_of_place():
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    results = []
+    for in_place in (False, True):
+        layer = create_layer(layer_param(clip(-0.5, 0.5)))
+        bottom = blob_of(x)
+        top = bottom if in_place else Blob()
+        layer.setup([bottom], [top])
+        layer.forward([bottom], [top])
+        y = top.data.copy()
+        top.diff[...] = dy
+        layer.backward([top], [True], [bottom])
+        results.append((y, bottom.diff.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert np.any(results[1][1] == 0)  # clipped inputs get no gradient, in place too
+
+
+@pytest.mark.parametrize("text, missing", [
+    ('name: "clip" type: "Clip"', "min and max"),
+    ('name: "clip" type: "Clip" clip_param { min: 0 }', "max"),
+    ('name: "clip" type: "Clip" clip_param { max: 1 }', "min"),
+])
+def test_min_and_max_are_required(text, missing):
+    with pytest.raises(CaffeError, match=f'"clip".*missing {missing}'):
+        set_up(text, [np.ones(3)])

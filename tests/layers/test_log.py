@@ -1,0 +1,87 @@
+"""Log: forward against numpy for Caffe's base/scale/shift settings on positive inputs,
+gradients, bad bases, unchecked non-positive arguments, in-place use."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPES = [(2, 3, 4, 5), (3, 6)]
+# (base, scale, shift): Caffe's own test settings plus a base below 1 and a negative scale
+PARAMS = [(-1, 1, 0), (2, 1, 0), (2, 1, 1), (2, 3, 0), (2, 3, 1), (0.5, 0.7, 0.2),
+          (10, -1, 20)]
+
+
+def log_layer(base, scale, shift):
+    return (f'name: "log" type: "Log" log_param {{ base: {base} scale: {scale} '
+            f'shift: {shift} }}')
+
+
+def inputs(shape, seed):
+    """exp of Gaussian values, as Caffe's test: positive, from about 0.05 to 20."""
+    return np.exp(np.random.default_rng(seed).normal(size=shape)).astype(np.float32)
+
+
+def reference(x, base, scale, shift):
+    z = np.log(shift + scale * np.asarray(x, np.float64))
+    return z if base == -1 else z / np.log(base)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("base, scale, shift", PARAMS)
+def test_forward(shape, base, scale, shift):
+    x = inputs(shape, 0)
+    layer, bottom, top = set_up(log_layer(base, scale, shift), [x])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, reference(x, base, scale, shift), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_defaults_are_natural_log():
+    x = np.array([0.5, 1.0, 3.0], np.float32)
+    layer, bottom, top = set_up('name: "log" type: "Log"', [x])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, np.log(x))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("base, scale, shift", PARAMS)
+def test_gradient(shape, base, scale, shift):
+    # values near 0 make the finite difference of log inaccurate; Caffe's test uses 1e-2 too
+    x = np.maximum(inputs(shape, 1), 0.2)
+    layer, bottom, top = set_up(log_layer(base, scale, shift), [x])
+    check_gradient(layer, bottom, top, threshold=1e-2)
+
+
+def test_non_positive_arguments_are_not_checked():
+    layer, bottom, top = set_up(log_layer(-1, 1, 0), [np.array([-1.0, 0.0, 1.0])])
+    layer.forward(bottom, top)
+    y = top[0].data
+    assert np.isnan(y[0]) and y[1] == -np.inf and y[2] == 0
+
+
+@pytest.mark.parametrize("base", [0, -2, -0.5, 1, "inf"])
+def test_bad_base(base):
+    with pytest.raises(CaffeError, match='"log".*base'):
+        set_up(log_layer(base, 1, 0), [np.ones(3)])
+
+
+def test_in_place_matches_out_of_place():
+    rng = np.random.default_rng(2)
+    x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
+    results = []
+    for in_place in (False, True):
+        layer = create_layer(layer_param(log_layer(2, 3, 1)))
+        bottom = blob_of(x)
+        top = bottom if in_place else Blob()
+        layer.setup([bottom], [top])
+        layer.forward([bottom], [top])
+        y = top.data.copy()
+        top.diff[...] = dy
+        layer.backward([top], [True], [bottom])
+        results.append((y, bottom.diff.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])

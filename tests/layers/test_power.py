@@ -1,0 +1,142 @@
+"""Power: forward against numpy for power 0, 1, 2, 0.37 and 3 with scales and shifts,
+gradients (positive bases where the power needs them), Caffe's special cases, in-place use."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.layers.base import create_layer, v1_type_name
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPES = [(2, 3, 4, 5), (3, 6)]
+POWERS = [0.0, 1.0, 2.0, 0.37, 3.0]
+SCALE_SHIFTS = [(1.0, 0.0), (0.83, 0.0), (0.83, -2.4), (-0.5, 1.5), (0.0, 2.4)]
+
+
+def power_layer(power, scale, shift):
+    return (f'name: "pow" type: "Power" power_param {{ power: {power} scale: {scale} '
+            f'shift: {shift} }}')
+
+
+def inputs(shape, power, scale, shift, seed):
+    """Gaussian values; for non-integer powers mirrored so that shift + scale * x >= 0.1,
+    as Caffe's power test does (a negative base has no real non-integer power)."""
+    x = np.random.default_rng(seed).normal(size=shape)
+    if power != int(power) and scale != 0:
+        base = shift + scale * x
+        x = np.where(base < 0.1, (0.1 + np.abs(base) - shift) / scale, x)
+    return x.astype(np.float32)
+
+
+def reference(x, power, scale, shift):
+    base = shift + scale * np.asarray(x, np.float64)
+    return np.ones_like(base) if power == 0 else base ** power
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("power", POWERS)
+@pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
+def test_forward(shape, power, scale, shift):
+    x = inputs(shape, power, scale, shift, 0)
+    layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, reference(x, power, scale, shift), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("power", POWERS)
+@pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
+def test_gradient(power, scale, shift):
+    x = inputs((2, 3, 4), power, scale, shift, 1)
+    layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
+    check_gradient(layer, bottom, top, threshold=1e-2)
+
+
+def test_defaults_are_identity():
+    x = np.array([-1.5, 0.0, 2.25], np.float32)
+    layer, bottom, top = set_up('name: "pow" type: "Power"', [x])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, x)
+    top[0].diff[...] = [1, 2, 3]
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [1, 2, 3])
+
+
+@pytest.mark.parametrize("power, scale, shift, value", [
+    (0.0, 3.0, 2.0, 1.0),  # power 0: 1 whatever the input
+    (0.0, 0.0, 0.0, 1.0),  # 0^0 = 1 too
+    (2.0, 0.0, 3.0, 9.0),  # scale 0: shift^power
+])
+def test_constant_output_and_zero_gradient(power, scale, shift, value):
+    layer, bottom, top = set_up(power_layer(power, scale, shift), [np.array([-1.0, 5.0])])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, [value, value])
+    top[0].diff[...] = 1
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [0, 0])
+
+
+def test_zero_base_with_zero_shift_gives_nan_gradient_as_caffe():
+    # Caffe evaluates the shift-0 gradient as power * y / x
+    layer, bottom, top = set_up(power_layer(0.5, 1.0, 0.0), [np.array([0.0, 4.0])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.backward(top, [True], bottom)
+    assert np.isnan(bottom[0].diff[0]) and bottom[0].diff[1] == np.float32(0.25)
+
+
+@pytest.mark.parametrize("power, scale, shift", [(0.37, 0.83, 2.4), (2.0, 0.83, -2.4),
+                                                 (3.0, 1.0, 0.0), (1.0, 2.0, 1.0)])
+def test_in_place_matches_out_of_place(power, scale, shift):
+    rng = np.random.default_rng(2)
+    x, dy = inputs((3, 4), power, scale, shift, 3), rng.normal(size=(3, 4))
+    results = []
+    for in_place in (False, True):
+        layer = create_layer(layer_param(power_layer(power, scale, shift)))
+        bottom = blob_of(x)
+        top = bottom if in_place else Blob()
+        layer.setup([bottom], [top])
+        layer.forward([bottom], [top])
+        y = top.data.copy()
+        top.diff[...] = dy
+        layer.backward([top], [True], [bottom])
+        results.append((y, bottom.diff.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_v1_name():
+    assert v1_type_name("POWER") == "Power"
+
+
+# a second in-place layer that changes every value: y = 2 x - 1
+SHIFT_DOWN = 'name: "affine" type: "Power" power_param { scale: 2 shift: -1 }'
+
+
+def run_chain(texts, x, dy, in_place):
+    """Forward then backward through layers applied one after another, either all in place on
+    one blob or each into a new blob; returns the output and the gradient reaching x."""
+    layers = [create_layer(layer_param(text)) for text in texts]
+    blobs = [blob_of(x)]
+    for layer in layers:
+        top = blobs[-1] if in_place else Blob()
+        layer.setup([blobs[-1]], [top])
+        blobs.append(top)
+    for layer, bottom, top in zip(layers, blobs, blobs[1:]):
+        layer.forward([bottom], [top])
+    y = blobs[-1].data.copy()
+    blobs[-1].diff[...] = dy
+    for layer, bottom, top in reversed(list(zip(layers, blobs, blobs[1:]))):
+        layer.backward([top], [True], [bottom])
+    return y, blobs[0].diff.copy()
+
+
+def test_in_place_followed_by_in_place_layer():
+    """A later in-place layer overwrites this layer's top data, which backward reads."""
+    rng = np.random.default_rng(4)
+    x, dy = inputs((3, 4), 0.37, 0.83, -2.4, 5), rng.normal(size=(3, 4))
+    texts = [power_layer(0.37, 0.83, -2.4), SHIFT_DOWN]
+    y_new, dx_new = run_chain(texts, x, dy, in_place=False)
+    y_same, dx_same = run_chain(texts, x, dy, in_place=True)
+    np.testing.assert_array_equal(y_same, y_new)
+    np.testing.assert_array_equal(dx_same, dx_new)
