@@ -1,0 +1,141 @@
+"""BatchNorm: normalise each channel to zero mean, unit variance (Caffe's BatchNormLayer).
+
+The bottom is viewed as (N, C, S) (S = product of the axes after the channel axis; a 1-axis
+bottom is one channel). Means and variances are taken over N and S per channel:
+
+    forward:   y = (x - mu) / sqrt(var + eps)
+    backward:  dx = (dy - mean(dy) - mean(dy * y) * y) / sqrt(var + eps)   (batch statistics)
+               dx = dy / sqrt(var + eps)                                  (global statistics)
+
+Three stat blobs hold running sums exactly as Caffe stores them: blobs[0] the mean sum (C,),
+blobs[1] the variance sum (C,), blobs[2] the scale factor (1,). With ``use_global_stats`` the
+layer uses mu = blobs[0] / sf and var = blobs[1] / sf (sf = blobs[2], 0 when sf is 0).
+Otherwise it uses the batch statistics and updates the sums after each forward:
+
+    sf   <- maf * sf + 1
+    mean <- maf * mean + mu
+    var  <- maf * var + m / (m - 1) * var_batch        (m = N * S; factor 1 when m = 1)
+
+The stat blobs are no learnable parameters: they get lr_mult 0 and no gradient.
+"""
+import numpy as np
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.proto import caffe_pb2
+
+
+def channel_view(array):
+    """``array`` as (N, C, S); a 1-axis array is (N, 1, 1)."""
+    if array.ndim == 1:
+        return array.reshape(array.shape[0], 1, 1)
+    return array.reshape(array.shape[0], array.shape[1], -1)
+
+
+def channel_mean(values):
+    """Per-channel mean over N and S of an (N, C, S) array.
+
+    The contiguous S axis is summed pairwise in float32 (fast and accurate), N in float64.
+    """
+    n, _, s = values.shape
+    return values.sum(axis=2).sum(axis=0, dtype=np.float64) / (n * s)
+
+
+@register("BatchNorm")
+class BatchNormLayer(Layer):
+    """batch_norm_param: use_global_stats (unset: TEST phase), moving_average_fraction, eps."""
+
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.param.batch_norm_param
+        self.moving_average_fraction = np.float32(p.moving_average_fraction)
+        self.use_global_stats = (p.use_global_stats if p.HasField("use_global_stats")
+                                 else self.phase == caffe_pb2.TEST)
+        self.eps = np.float32(p.eps)
+        self.channels = 1 if bottom[0].num_axes == 1 else bottom[0].shape[1]
+        if self.blobs:
+            self._check_given_blobs()
+        else:
+            self.blobs = [Blob((self.channels,)), Blob((self.channels,)), Blob((1,))]
+        self._mask_statistics()
+        self.param_propagate_down = [False] * len(self.blobs)
+        self._x_norm = None
+        self._std = None
+
+    def _check_given_blobs(self):
+        wanted = [(self.channels,), (self.channels,), (1,)]
+        got = [blob.count() for blob in self.blobs]
+        if got != [int(np.prod(w)) for w in wanted]:
+            raise self.error(f"the layer's given blobs have shapes "
+                             f"{[b.shape for b in self.blobs]}, but {self.channels} "
+                             f"channel(s) need {wanted} (mean, variance, scale factor)")
+
+    def _mask_statistics(self):
+        """Give every stat blob lr_mult 0, as Caffe does, so solvers never change them."""
+        specs = self.param.param
+        for i in range(len(self.blobs)):
+            if i == len(specs):
+                specs.add().lr_mult = 0.0
+            elif specs[i].lr_mult != 0:
+                raise self.error("Cannot configure batch normalization statistics as layer "
+                                 f"parameters (param {i} has lr_mult {specs[i].lr_mult:g}; "
+                                 "it must be 0)")
+
+    def reshape(self, bottom, top):
+        channels = 1 if bottom[0].num_axes == 1 else bottom[0].shape[1]
+        if channels != self.channels:
+            raise self.error(f"the bottom {bottom[0].shape_string()} has {channels} "
+                             f"channel(s), the layer was set up for {self.channels}")
+        top[0].reshape_like(bottom[0])
+
+    # --- forward ---------------------------------------------------------------------
+    def forward_cpu(self, bottom, top):
+        x = channel_view(bottom[0].data)
+        if x.size == 0:  # an empty batch (after a Filter, say): nothing to normalise
+            return
+        if self.use_global_stats:
+            mean, var = self._global_statistics()
+            centred = x - mean[None, :, None]
+        else:
+            mean = channel_mean(x).astype(np.float32)
+            centred = x - mean[None, :, None]
+            var = channel_mean(np.square(centred)).astype(np.float32)
+            self._update_running_sums(mean, var, x.shape[0] * x.shape[2])
+        std = np.sqrt(var + self.eps)
+        y = centred / std[None, :, None]
+        channel_view(top[0].data)[...] = y
+        # Cached for backward: an in-place layer after this one may overwrite the top.
+        self._x_norm, self._std = y, std
+
+    def _global_statistics(self):
+        factor = self.blobs[2].flat_data[0]
+        scale = np.float32(0.0) if factor == 0 else np.float32(1.0) / factor
+        return scale * self.blobs[0].flat_data, scale * self.blobs[1].flat_data
+
+    def _update_running_sums(self, mean, var, m):
+        maf = self.moving_average_fraction
+        self.blobs[2].flat_data[0] = self.blobs[2].flat_data[0] * maf + np.float32(1.0)
+        mean_sum = self.blobs[0].flat_data
+        mean_sum *= maf
+        mean_sum += mean
+        correction = np.float32(m / (m - 1)) if m > 1 else np.float32(1.0)
+        var_sum = self.blobs[1].flat_data
+        var_sum *= maf
+        var_sum += correction * var
+
+    # --- backward --------------------------------------------------------------------
+    def backward_cpu(self, top, propagate_down, bottom):
+        if not propagate_down[0] or bottom[0].count() == 0:
+            return
+        dy = channel_view(top[0].diff)
+        inv_std = (np.float32(1.0) / self._std)[None, :, None]
+        if self.use_global_stats:
+            dx = dy * inv_std
+        else:
+            y = self._x_norm
+            mean_dy = channel_mean(dy).astype(np.float32)[None, :, None]
+            mean_dy_y = channel_mean(dy * y).astype(np.float32)[None, :, None]
+            dx = (dy - mean_dy - mean_dy_y * y) * inv_std
+        channel_view(bottom[0].diff)[...] = dx

@@ -1,0 +1,108 @@
+"""Scale: multiply the bottom by a broadcast scale, optionally adding a bias (Caffe's ScaleLayer).
+
+The scale s is bottom[1] or a learnable blob; its shape must equal bottom[0]'s shape over the
+axes [axis, axis + s.num_axes), and bottom[0] is viewed as (outer, scale_dim, inner) around
+them (a scalar scale uses axis 0):
+
+    forward:   y[o, d, i] = x[o, d, i] * s[d]  (+ b[d] with bias_term)
+    backward:  dx = dy * s;   ds[d] = sum_{o, i} dy[o, d, i] * x[o, d, i];   db as in Bias
+
+A learnable scale has the shape bottom[0].shape[axis:axis + num_axes] (num_axes -1: to the
+end) and is filled by ``filler`` (default constant 1). With ``bias_term`` an internal Bias
+layer (axis, num_axes = the scale's axes, ``bias_filler``) adds the bias in place on the top;
+its blob is this layer's last blob. Learnable gradients accumulate; a scale given as bottom[1]
+has its diff overwritten. In-place computation is allowed (the bottom is saved for backward).
+"""
+import numpy as np
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.fillers import fill
+from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.bias import BiasLayer, broadcast_dims, broadcast_param_shape
+from pycaffe_cli.proto import caffe_pb2
+
+
+def _unit_filler():
+    filler = caffe_pb2.FillerParameter()
+    filler.type = "constant"
+    filler.value = 1.0
+    return filler
+
+
+@register("Scale")
+class ScaleLayer(Layer):
+    """scale_param: axis (1), num_axes (1), filler (constant 1), bias_term, bias_filler."""
+
+    min_num_bottom = 1
+    max_num_bottom = 2
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.param.scale_param
+        if len(bottom) == 1 and not self.blobs:
+            shape = broadcast_param_shape(self, bottom[0], p.axis, p.num_axes, "scale")
+            self.blobs = [Blob(shape)]
+            fill(self.blobs[0], p.filler if p.HasField("filler") else _unit_filler(),
+                 self.name)
+        self._bias_layer = self._make_bias_layer(bottom, top) if p.bias_term else None
+        self.param_propagate_down = [True] * len(self.blobs)
+        self._saved_bottom = None
+
+    def _make_bias_layer(self, bottom, top):
+        p = self.param.scale_param
+        param = caffe_pb2.LayerParameter()
+        param.CopyFrom(self.param)
+        param.type = "Bias"
+        del param.blobs[:]
+        param.bias_param.axis = p.axis
+        param.bias_param.num_axes = bottom[1].num_axes if len(bottom) > 1 else p.num_axes
+        param.bias_param.filler.CopyFrom(p.bias_filler)
+        layer = BiasLayer(param)
+        has_bias_blob = len(self.blobs) + len(bottom) >= 3
+        if has_bias_blob:  # the bias came with the layer's blobs
+            layer.blobs = [self.blobs[-1]]
+        layer.setup([bottom[0]], top)
+        if not has_bias_blob:
+            self.blobs.append(layer.blobs[0])
+        return layer
+
+    def _scale(self, bottom):
+        return bottom[1] if len(bottom) > 1 else self.blobs[0]
+
+    def reshape(self, bottom, top):
+        self.dims = broadcast_dims(self, bottom[0], self._scale(bottom),
+                                   self.param.scale_param.axis, "scale")
+        if top[0] is not bottom[0]:
+            top[0].reshape_like(bottom[0])
+        if self._bias_layer is not None:
+            self._bias_layer.reshape([top[0]], top)
+
+    def forward_cpu(self, bottom, top):
+        outer, dim, inner = self.dims
+        x = bottom[0].data.reshape(outer, dim, inner)
+        # In place, backward still needs x for the scale's gradient.
+        self._saved_bottom = x.copy() if top[0] is bottom[0] else None
+        np.multiply(x, self._scale(bottom).data.reshape(1, dim, 1),
+                    out=top[0].data.reshape(outer, dim, inner))
+        if self._bias_layer is not None:
+            self._bias_layer.forward_cpu([top[0]], top)
+
+    def backward_cpu(self, top, propagate_down, bottom):
+        if self._bias_layer is not None and self.param_propagate_down[-1]:
+            self._bias_layer.backward_cpu(top, [False], [top[0]])
+        outer, dim, inner = self.dims
+        dy = top[0].diff.reshape(outer, dim, inner)
+        scale = self._scale(bottom)
+        learnable = len(bottom) == 1
+        if (self.param_propagate_down[0] if learnable else propagate_down[1]):
+            x = (self._saved_bottom if top[0] is bottom[0]
+                 else bottom[0].data.reshape(outer, dim, inner))
+            # Row dot products over the contiguous inner axis, then the outer sum in float64.
+            grad = np.einsum("odi,odi->od", dy, x).sum(axis=0, dtype=np.float64)
+            if learnable:
+                scale.flat_diff[...] += grad
+            else:
+                scale.flat_diff[...] = grad
+        if propagate_down[0]:
+            np.multiply(dy, scale.data.reshape(1, dim, 1),
+                        out=bottom[0].diff.reshape(outer, dim, inner))

@@ -1,0 +1,137 @@
+"""Bias: learnable and bottom forms over axis/num_axes, gradients, in place, errors."""
+import numpy as np
+import pytest
+
+from pycaffe_cli import backend
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPE = (2, 3, 4, 5)
+
+
+def bias(params=""):
+    return f'name: "bias" type: "Bias" bias_param {{ {params} }}'
+
+
+def data(shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def broadcast(operand, x_ndim, axis):
+    """``operand`` reshaped to line up with x's axes from ``axis`` on."""
+    return operand.reshape((1,) * axis + operand.shape + (1,) * (x_ndim - axis
+                                                                 - operand.ndim))
+
+
+LEARNABLE = [  # params, expected blob shape, axis the blob starts at
+    ("", (3,), 1),
+    ("axis: 1 num_axes: 2", (3, 4), 1),
+    ("axis: 0 num_axes: -1", SHAPE, 0),
+    ("axis: 2 num_axes: -1", (4, 5), 2),
+    ("axis: -1", (5,), 3),
+    ("axis: -2 num_axes: 2", (4, 5), 2),
+    ("num_axes: 0", (), 0),
+    ("axis: 3 num_axes: 0", (), 0),
+]
+
+FILLED = 'filler { type: "uniform" min: -1 max: 1 } '
+
+
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_learnable_forward(params, blob_shape, axis):
+    backend.set_random_seed(0)
+    x = data(SHAPE)
+    layer, bottom, top = set_up(bias(FILLED + params), [x])
+    assert layer.blobs[0].shape == blob_shape
+    layer.forward(bottom, top)
+    expected = x + broadcast(layer.blobs[0].data, x.ndim, axis)
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6)
+
+
+def test_default_filler_is_zero():
+    layer, bottom, top = set_up(bias(), [data(SHAPE)])
+    assert np.all(layer.blobs[0].data == 0)
+
+
+BOTTOM_FORM = [  # params, bias shape, axis it lines up with
+    ("", (3,), 1),
+    ("axis: 0", (2, 3), 0),
+    ("axis: 1", (3, 4, 5), 1),
+    ("axis: -1", (5,), 3),
+    ("axis: 0", SHAPE, 0),
+    ("axis: 2", (), 0),
+]
+
+
+@pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
+def test_bottom_form_forward(params, bias_shape, axis):
+    x, b = data(SHAPE), data(bias_shape, seed=1)
+    layer, bottom, top = set_up(bias(params), [x, b])
+    assert layer.blobs == []
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, x + broadcast(b, x.ndim, axis), rtol=1e-6)
+
+
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_learnable_gradient(params, blob_shape, axis):
+    backend.set_random_seed(0)
+    layer, bottom, top = set_up(bias(FILLED + params), [data(SHAPE)])
+    check_gradient(layer, bottom, top)
+
+
+@pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
+def test_bottom_form_gradient(params, bias_shape, axis):
+    layer, bottom, top = set_up(bias(params), [data(SHAPE), data(bias_shape, seed=1)])
+    check_gradient(layer, bottom, top)
+
+
+def test_param_gradient_accumulates_bottom_gradient_overwrites():
+    layer, bottom, top = set_up(bias(), [data((2, 3, 2))])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.blobs[0].diff[...] = 10
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(layer.blobs[0].diff, 14)
+    np.testing.assert_allclose(bottom[0].diff, 1)
+
+    layer, bottom, top = set_up(bias(), [data((2, 3, 2)), data((3,))])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    bottom[1].diff[...] = 10
+    layer.backward(top, [False, True], bottom)
+    np.testing.assert_allclose(bottom[1].diff, 4)
+
+
+def test_in_place():
+    x, b = data(SHAPE), data((3,), seed=1)
+    layer = create_layer(layer_param(bias()))
+    blob, b_blob = blob_of(x), blob_of(b)
+    layer.setup([blob, b_blob], [blob])
+    layer.forward([blob, b_blob], [blob])
+    np.testing.assert_allclose(blob.data, x + b.reshape(1, 3, 1, 1), rtol=1e-6)
+    dy = data(SHAPE, seed=2)
+    blob.diff[...] = dy
+    layer.backward([blob], [True, True], [blob, b_blob])
+    np.testing.assert_allclose(blob.diff, dy)
+    np.testing.assert_allclose(b_blob.diff, dy.sum(axis=(0, 2, 3)), rtol=1e-5)
+
+
+def test_given_blob_is_used():
+    text = bias() + " blobs { shape { dim: 3 } data: 1 data: 2 data: 3 }"
+    layer, bottom, top = set_up(text, [np.zeros((2, 3))])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, [[1, 2, 3], [1, 2, 3]])
+
+
+@pytest.mark.parametrize("params, bottoms, message", [
+    ("num_axes: -2", [SHAPE], "num_axes must be non-negative"),
+    ("axis: 2 num_axes: 3", [SHAPE], "extends past"),
+    ("axis: 4", [SHAPE], "axis 4 out of range"),
+    ("", [SHAPE, (4,)], "dimension mismatch"),
+    ("axis: 2", [SHAPE, (4, 5, 1)], "extends past"),
+])
+def test_errors_name_the_layer(params, bottoms, message):
+    with pytest.raises(CaffeError, match=f'"bias".*{message}'):
+        set_up(bias(params), [data(shape) for shape in bottoms])

@@ -1,0 +1,99 @@
+"""Embed: lookup against numpy, accumulated weight gradients, no index gradient, errors."""
+import numpy as np
+import pytest
+
+from pycaffe_cli import backend
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import set_up
+
+FILLERS = ('weight_filler { type: "uniform" min: -1 max: 1 } '
+           'bias_filler { type: "uniform" min: -1 max: 1 } ')
+
+
+def embed(params):
+    return f'name: "embed" type: "Embed" embed_param {{ {FILLERS}{params} }}'
+
+
+def indices(shape, input_dim, seed=0):
+    return np.random.default_rng(seed).integers(0, input_dim, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [(6,), (2, 3), (2, 1, 3)])
+@pytest.mark.parametrize("bias_term", [True, False])
+def test_forward(shape, bias_term):
+    backend.set_random_seed(0)
+    x = indices(shape, 5)
+    layer, bottom, top = set_up(embed(f"num_output: 4 input_dim: 5 "
+                                      f"bias_term: {str(bias_term).lower()}"), [x])
+    assert [b.shape for b in layer.blobs] == [(5, 4)] + ([(4,)] if bias_term else [])
+    layer.forward(bottom, top)
+    expected = layer.blobs[0].data[x.astype(int)]
+    if bias_term:
+        expected = expected + layer.blobs[1].data
+    assert top[0].shape == shape + (4,)
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6)
+
+
+def test_backward_accumulates_repeated_indices():
+    backend.set_random_seed(0)
+    x = np.array([[1, 3, 1], [0, 1, 3]], np.float32)
+    layer, bottom, top = set_up(embed("num_output: 2 input_dim: 4"), [x])
+    layer.forward(bottom, top)
+    dy = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 1
+    layer.backward(top, [False], bottom)
+    expected = np.ones((4, 2), np.float32)
+    for index, grad in zip(x.ravel().astype(int), dy.reshape(-1, 2)):
+        expected[index] += grad
+    np.testing.assert_array_equal(layer.blobs[0].diff, expected)
+    np.testing.assert_array_equal(layer.blobs[1].diff, 1 + dy.reshape(-1, 2).sum(axis=0))
+
+
+@pytest.mark.parametrize("bias_term", [True, False])
+def test_gradient(bias_term):
+    backend.set_random_seed(0)
+    layer, bottom, top = set_up(embed(f"num_output: 3 input_dim: 5 "
+                                      f"bias_term: {str(bias_term).lower()}"),
+                                [indices((2, 4), 5)])
+    check_gradient(layer, bottom, top, check_bottom=[])
+
+
+def test_no_gradient_to_the_indices():
+    layer, bottom, top = set_up(embed("num_output: 2 input_dim: 3"), [indices((4,), 3)])
+    assert not layer.allow_force_backward(0)
+    layer.forward(bottom, top)
+    with pytest.raises(CaffeError, match='"embed".*Can\'t backpropagate'):
+        layer.backward(top, [True], bottom)
+
+
+@pytest.mark.parametrize("value", [-1, 3, 7.5])
+def test_out_of_range_index_names_the_layer(value):
+    layer, bottom, top = set_up(embed("num_output: 2 input_dim: 3"), [np.array([0, value])])
+    with pytest.raises(CaffeError, match='"embed".*out of range for input_dim 3'):
+        layer.forward(bottom, top)
+
+
+def test_given_blobs_are_used():
+    text = (embed("num_output: 2 input_dim: 2 bias_term: false")
+            + " blobs { shape { dim: 2 dim: 2 } data: 1 data: 2 data: 3 data: 4 }")
+    layer, bottom, top = set_up(text, [np.array([1, 0, 1])])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, [[3, 4], [1, 2], [3, 4]])
+
+
+@pytest.mark.parametrize("params, message", [
+    ("input_dim: 3", "num_output must be positive"),
+    ("num_output: 3", "input_dim must be positive"),
+])
+def test_bad_params_name_the_layer(params, message):
+    with pytest.raises(CaffeError, match=f'"embed".*{message}'):
+        set_up(embed(params), [np.zeros(3)])
+
+
+def test_wrong_given_blobs_name_the_layer():
+    text = embed("num_output: 2 input_dim: 2") + " blobs { shape { dim: 3 } }"
+    with pytest.raises(CaffeError, match='"embed".*given blobs'):
+        set_up(text, [np.zeros(3)])

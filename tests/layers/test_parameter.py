@@ -1,0 +1,41 @@
+"""Parameter: the top is the learnable blob (shared data and diff)."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from tests.layer_helpers import set_up
+
+PARAMETER = 'name: "p" type: "Parameter" parameter_param { shape { dim: 2 dim: 3 } }'
+
+
+def test_top_shares_data_and_diff_with_the_blob():
+    layer, bottom, top = set_up(PARAMETER, [])
+    assert len(layer.blobs) == 1 and layer.blobs[0].shape == (2, 3)
+    assert np.all(layer.blobs[0].data == 0)
+    assert layer.param_propagate_down == [True]
+    layer.forward(bottom, top)
+    assert top[0].shape == (2, 3)
+    layer.blobs[0].data[...] = np.arange(6).reshape(2, 3)
+    np.testing.assert_array_equal(top[0].data, np.arange(6).reshape(2, 3))
+    top[0].diff[...] = 5
+    layer.backward(top, [], bottom)
+    np.testing.assert_array_equal(layer.blobs[0].diff, 5)
+
+
+def test_given_blob_is_exposed():
+    text = PARAMETER + " blobs { shape { dim: 2 dim: 3 } data: 1 data: 2 data: 3 data: 4 " \
+                       "data: 5 data: 6 }"
+    layer, bottom, top = set_up(text, [])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, [[1, 2, 3], [4, 5, 6]])
+
+
+def test_given_blob_of_another_size_names_the_layer():
+    text = PARAMETER + " blobs { shape { dim: 4 } }"
+    with pytest.raises(CaffeError, match='"p".*parameter_param.shape'):
+        set_up(text, [])
+
+
+def test_takes_no_bottom():
+    with pytest.raises(CaffeError, match='"p"'):
+        set_up(PARAMETER, [np.zeros(2)])

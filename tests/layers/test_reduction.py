@@ -1,0 +1,86 @@
+"""Reduction: every operation over every axis with coeff, backward formulas, gradients."""
+import numpy as np
+import pytest
+
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import set_up
+
+SHAPE = (2, 3, 4)
+OPS = {
+    "SUM": lambda rows: rows.sum(axis=1),
+    "ASUM": lambda rows: np.abs(rows).sum(axis=1),
+    "SUMSQ": lambda rows: (rows ** 2).sum(axis=1),
+    "MEAN": lambda rows: rows.mean(axis=1),
+}
+
+
+def reduction(params):
+    return f'name: "red" type: "Reduction" reduction_param {{ {params} }}'
+
+
+def data(shape, seed=0):
+    """Values away from 0 so ASUM's kink is never crossed by a finite difference."""
+    rng = np.random.default_rng(seed)
+    magnitude = rng.uniform(0.2, 1.0, shape)
+    return (magnitude * rng.choice([-1, 1], shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2])
+@pytest.mark.parametrize("coeff", [None, -2.5])
+def test_forward(op, axis, coeff):
+    x = data(SHAPE)
+    params = f"operation: {op} axis: {axis}" + (f" coeff: {coeff}" if coeff else "")
+    layer, bottom, top = set_up(reduction(params), [x])
+    layer.forward(bottom, top)
+    axis %= len(SHAPE)
+    assert top[0].shape == SHAPE[:axis]
+    rows = x.reshape(int(np.prod(SHAPE[:axis])), -1).astype(np.float64)
+    expected = OPS[op](rows).reshape(SHAPE[:axis]) * (coeff or 1)
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_defaults_sum_everything_to_a_scalar():
+    x = data(SHAPE)
+    layer, bottom, top = set_up('name: "red" type: "Reduction"', [x])
+    layer.forward(bottom, top)
+    assert top[0].shape == ()
+    np.testing.assert_allclose(top[0].data, x.sum(dtype=np.float64), rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_backward(op, axis):
+    x = data(SHAPE)
+    layer, bottom, top = set_up(reduction(f"operation: {op} axis: {axis} coeff: 3"), [x])
+    layer.forward(bottom, top)
+    dy = data(top[0].shape, seed=1)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    dim = int(np.prod(SHAPE[axis:]))
+    scale = 3 * dy.reshape(dy.shape + (1,) * (len(SHAPE) - axis))
+    expected = {"SUM": np.broadcast_to(scale, SHAPE), "MEAN": np.broadcast_to(scale / dim, SHAPE),
+                "ASUM": scale * np.sign(x), "SUMSQ": 2 * scale * x}[op]
+    np.testing.assert_allclose(bottom[0].diff, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_gradient(op, axis):
+    layer, bottom, top = set_up(reduction(f"operation: {op} axis: {axis} coeff: 0.5"),
+                                [data(SHAPE)])
+    check_gradient(layer, bottom, top)
+
+
+def test_asum_gradient_is_zero_at_zero():
+    layer, bottom, top = set_up(reduction("operation: ASUM"), [np.array([0.0, 1.0, -2.0])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].diff, [0, 1, -1])
+
+
+def test_bad_axis_names_the_layer():
+    with pytest.raises(CaffeError, match='"red".*axis 3 out of range'):
+        set_up(reduction("axis: 3"), [data(SHAPE)])

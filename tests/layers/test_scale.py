@@ -1,0 +1,194 @@
+"""Scale: learnable and bottom forms over axis/num_axes, bias_term, gradients, in place, errors."""
+import numpy as np
+import pytest
+
+from pycaffe_cli import backend
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.testing import check_gradient
+from tests.layer_helpers import blob_of, layer_param, set_up
+
+SHAPE = (2, 3, 4, 5)
+FILLERS = ('filler { type: "uniform" min: -1 max: 1 } '
+           'bias_filler { type: "uniform" min: -1 max: 1 } ')
+
+
+def scale(params=""):
+    return f'name: "scale" type: "Scale" scale_param {{ {params} }}'
+
+
+def data(shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def broadcast(operand, x_ndim, axis):
+    return operand.reshape((1,) * axis + operand.shape + (1,) * (x_ndim - axis
+                                                                 - operand.ndim))
+
+
+LEARNABLE = [  # params, expected blob shape, axis the blob starts at
+    ("", (3,), 1),
+    ("axis: 1 num_axes: 2", (3, 4), 1),
+    ("axis: 0 num_axes: -1", SHAPE, 0),
+    ("axis: 2 num_axes: -1", (4, 5), 2),
+    ("axis: -1", (5,), 3),
+    ("num_axes: 0", (), 0),
+    ("axis: 2 num_axes: 0", (), 0),
+]
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_learnable_forward(params, blob_shape, axis, bias_term):
+    backend.set_random_seed(0)
+    x = data(SHAPE)
+    extra = " bias_term: true" if bias_term else ""
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [x])
+    assert [b.shape for b in layer.blobs] == [blob_shape] * (2 if bias_term else 1)
+    layer.forward(bottom, top)
+    expected = x * broadcast(layer.blobs[0].data, x.ndim, axis)
+    if bias_term:
+        expected += broadcast(layer.blobs[1].data, x.ndim, axis)
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_default_fillers_give_identity():
+    x = data(SHAPE)
+    layer, bottom, top = set_up(scale("bias_term: true"), [x])
+    assert np.all(layer.blobs[0].data == 1) and np.all(layer.blobs[1].data == 0)
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, x)
+
+
+BOTTOM_FORM = [  # params, scale shape, axis it lines up with
+    ("", (3,), 1),
+    ("axis: 0", (2, 3), 0),
+    ("axis: 1", (3, 4, 5), 1),
+    ("axis: -1", (5,), 3),
+    ("axis: 0", SHAPE, 0),
+    ("axis: 3", (), 0),
+]
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
+def test_bottom_form_forward(params, scale_shape, axis, bias_term):
+    backend.set_random_seed(0)
+    x, s = data(SHAPE), data(scale_shape, seed=1)
+    extra = " bias_term: true" if bias_term else ""
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [x, s])
+    # Only the bias is learnable, shaped like the scale bottom.
+    assert [b.shape for b in layer.blobs] == ([scale_shape] if bias_term else [])
+    layer.forward(bottom, top)
+    expected = x * broadcast(s, x.ndim, axis)
+    if bias_term:
+        expected += broadcast(layer.blobs[0].data, x.ndim, axis)
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_learnable_gradient(params, blob_shape, axis, bias_term):
+    backend.set_random_seed(0)
+    extra = " bias_term: true" if bias_term else ""
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [data(SHAPE)])
+    check_gradient(layer, bottom, top)
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
+def test_bottom_form_gradient(params, scale_shape, axis, bias_term):
+    backend.set_random_seed(0)
+    extra = " bias_term: true" if bias_term else ""
+    layer, bottom, top = set_up(scale(FILLERS + params + extra),
+                                [data(SHAPE), data(scale_shape, seed=1)])
+    check_gradient(layer, bottom, top)
+
+
+def test_param_gradients_accumulate():
+    backend.set_random_seed(0)
+    x, dy = data((2, 3, 2)), data((2, 3, 2), seed=3)
+    layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 10
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(layer.blobs[0].diff, 10 + (dy * x).sum(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(layer.blobs[1].diff, 10 + dy.sum(axis=(0, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("params, scale_shape", [("axis: 0", SHAPE), ("axis: 2", ())])
+def test_scale_bottom_gradient_overwrites(params, scale_shape):
+    """Elementwise and scalar scale bottoms (Caffe's special cases)."""
+    x, s, dy = data(SHAPE), data(scale_shape, seed=1), data(SHAPE, seed=3)
+    layer, bottom, top = set_up(scale(params), [x, s])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    bottom[1].diff[...] = 10
+    layer.backward(top, [True, True], bottom)
+    expected = dy * x if scale_shape else (dy * x).sum()
+    np.testing.assert_allclose(bottom[1].diff, expected, rtol=1e-5)
+    np.testing.assert_allclose(bottom[0].diff, dy * s, rtol=1e-6)
+
+
+@pytest.mark.parametrize("two_bottoms", [False, True])
+def test_in_place_matches_out_of_place(two_bottoms):
+    backend.set_random_seed(0)
+    x, s, dy = data(SHAPE), data((3, 4), seed=1), data(SHAPE, seed=2)
+    text = scale(FILLERS + "num_axes: 2 bias_term: true")
+    bottoms = [x, s] if two_bottoms else [x]
+    layer, bottom, top = set_up(text, bottoms)
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.backward(top, [True] * len(bottoms), bottom)
+
+    in_place = create_layer(layer_param(text))
+    blob = blob_of(x)
+    in_bottom = [blob, blob_of(s)] if two_bottoms else [blob]
+    in_place.setup(in_bottom, [blob])
+    for mine, theirs in zip(in_place.blobs, layer.blobs):
+        mine.data[...] = theirs.data
+    in_place.forward(in_bottom, [blob])
+    np.testing.assert_allclose(blob.data, top[0].data, rtol=1e-6)
+    blob.diff[...] = dy
+    in_place.backward([blob], [True] * len(bottoms), in_bottom)
+    np.testing.assert_allclose(blob.diff, bottom[0].diff, rtol=1e-6)
+    for mine, theirs in zip(in_place.blobs, layer.blobs):
+        np.testing.assert_allclose(mine.diff, theirs.diff, rtol=1e-5)
+    if two_bottoms:
+        np.testing.assert_allclose(in_bottom[1].diff, bottom[1].diff, rtol=1e-5)
+
+
+def test_given_blobs_with_bias():
+    text = (scale("bias_term: true") + " blobs { shape { dim: 2 } data: 2 data: 3 }"
+            " blobs { shape { dim: 2 } data: 1 data: -1 }")
+    layer, bottom, top = set_up(text, [np.ones((3, 2))])
+    assert len(layer.blobs) == 2
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, [[3, 2]] * 3)
+    # The internal bias layer adds the layer's own last blob.
+    assert layer._bias_layer.blobs[0] is layer.blobs[1]
+
+
+def test_bias_skipped_without_param_propagate_down():
+    layer, bottom, top = set_up(scale("bias_term: true"), [data((2, 3))])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.param_propagate_down = [True, False]
+    layer.backward(top, [False], bottom)
+    assert np.all(layer.blobs[1].diff == 0)
+    assert np.any(layer.blobs[0].diff != 0)
+
+
+@pytest.mark.parametrize("params, bottoms, message", [
+    ("num_axes: -2", [SHAPE], "num_axes must be non-negative"),
+    ("axis: 2 num_axes: 3", [SHAPE], "extends past"),
+    ("axis: -5", [SHAPE], "axis -5 out of range"),
+    ("", [SHAPE, (4,)], "dimension mismatch"),
+    ("axis: 3", [SHAPE, (5, 1)], "extends past"),
+    ("bias_term: true", [SHAPE, (3, 5)], "dimension mismatch"),
+])
+def test_errors_name_the_layer(params, bottoms, message):
+    with pytest.raises(CaffeError, match=f'"scale".*{message}'):
+        set_up(scale(params), [data(shape) for shape in bottoms])
