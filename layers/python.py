@@ -1,0 +1,226 @@
+"""Python: a layer whose computation is the user's own Python class (Caffe's PythonLayer).
+
+``python_param { module: "my_layers" layer: "MyLayer" param_str: "..." }`` imports
+``my_layers`` (from PYTHONPATH, or the working directory, which is added to the end of
+``sys.path``) and instantiates ``MyLayer(layer_param)``. The class is written as for pycaffe,
+and normally subclasses ``pycaffe_cli.layers.base.Layer``::
+
+    from pycaffe_cli.layers.base import Layer
+
+    class MyLayer(Layer):
+        def setup(self, bottom, top):          # once; read self.param_str, add self.blobs
+            self.blobs.add_blob(1)             # a learnable blob of shape (1,), zeros
+        def reshape(self, bottom, top):
+            top[0].reshape(*bottom[0].data.shape)
+        def forward(self, bottom, top):
+            top[0].data[...] = bottom[0].data * self.blobs[0].data
+        def backward(self, top, propagate_down, bottom):
+            ...                                 # fill bottom[i].diff, accumulate blob diffs
+
+The bottom and top blobs handed to the class behave like pycaffe's: ``data``/``diff`` numpy
+arrays, ``shape``, ``count``, ``num``/``channels``/``height``/``width``, ``reshape(*shape)``
+(``.blob`` is the underlying Blob). ``self.blobs`` is the layer's list of learnable Blobs
+(with pycaffe's ``add_blob(*shape)``); they are updated by the solver and saved in snapshots
+like any layer's. ``self.phase`` is caffe_pb2.TRAIN or TEST. Like any layer, a Python loss
+needs ``loss_weight`` in the prototxt (the default weight of a Python layer's top is 0).
+
+An exception raised in the user's code becomes a CaffeError that names the layer and carries
+the user's traceback.
+"""
+import importlib
+import os
+import sys
+import traceback
+
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.layers.base import Layer, register
+
+MAX_FRAMES = 8
+
+
+def _shape_of(args):
+    """Accept pycaffe's ``reshape(2, 3)`` as well as ``reshape((2, 3))``."""
+    if len(args) == 1 and hasattr(args[0], "__iter__"):
+        return tuple(args[0])
+    return tuple(args)
+
+
+class ParamBlob(Blob):
+    """A learnable Blob whose ``reshape`` also takes pycaffe's ``reshape(*shape)``."""
+
+    def reshape(self, *shape):
+        super().reshape(_shape_of(shape))
+
+
+class BlobVec(list):
+    """``self.blobs`` of a Python layer: a list of Blobs with pycaffe's ``add_blob``."""
+
+    def add_blob(self, *shape):
+        """Append a new zero-filled learnable blob of the given shape."""
+        self.append(ParamBlob(_shape_of(shape)))
+
+
+class PyBlob:
+    """A bottom or top Blob as pycaffe shows it to a Python layer."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob):
+        self.blob = blob
+
+    @property
+    def data(self):
+        return self.blob.data
+
+    @data.setter
+    def data(self, value):
+        self.blob.data[...] = value
+
+    @property
+    def diff(self):
+        return self.blob.diff
+
+    @diff.setter
+    def diff(self, value):
+        self.blob.diff[...] = value
+
+    @property
+    def shape(self):
+        return self.blob.shape
+
+    @property
+    def count(self):
+        return self.blob.count()
+
+    num = property(lambda self: self.blob.num)
+    channels = property(lambda self: self.blob.channels)
+    height = property(lambda self: self.blob.height)
+    width = property(lambda self: self.blob.width)
+
+    def reshape(self, *shape):
+        self.blob.reshape(_shape_of(shape))
+
+    def __getattr__(self, name):
+        return getattr(self.blob, name)
+
+    def __repr__(self):
+        return f"PyBlob({self.blob.shape_string()})"
+
+
+def _wrap(blobs, cache):
+    """PyBlob views of ``blobs``; a blob that is both a bottom and a top gets one view."""
+    views = []
+    for blob in blobs:
+        if id(blob) not in cache:
+            cache[id(blob)] = PyBlob(blob)
+        views.append(cache[id(blob)])
+    return views
+
+
+def user_traceback(error):
+    """The last frames of ``error``'s traceback below the frame that caught it (leaving out
+    the import machinery), one line per frame so it stays readable when the command line
+    prints the error on one line."""
+    tb = error.__traceback__
+    frames = [frame for frame in traceback.extract_tb(tb.tb_next if tb else None)
+              if not frame.filename.startswith("<frozen importlib")][-MAX_FRAMES:]
+    lines = ["Traceback (most recent call last):"]
+    for frame in frames:
+        code = f": {frame.line.strip()}" if frame.line else ""
+        lines.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}{code}')
+    return "\n".join(lines)
+
+
+@register("Python")
+class PythonLayer(Layer):
+    """python_param: module, layer, param_str, share_in_parallel (ignored: one process)."""
+
+    def __init__(self, param):
+        super().__init__(param)
+        p = param.python_param
+        self.where = f"{p.module}.{p.layer}"
+        cls = self._user_class(p.module, p.layer)
+        self.impl = self._call(cls, "__init__", param)
+        self._adopt_blobs()
+
+    # --- finding and building the user's class ---------------------------------------------
+    def _user_class(self, module_name, class_name):
+        if not module_name or not class_name:
+            raise self.error("python_param must name both the module and the layer (class)")
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
+        importlib.invalidate_caches()
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name and (module_name + ".").startswith(error.name + "."):
+                raise self.error(f'cannot import the Python layer module "{module_name}": no '
+                                 f'module named "{error.name}" on the Python path (PYTHONPATH '
+                                 f"and the working directory {os.getcwd()})") from None
+            raise self._user_error(f'importing module "{module_name}"', error) from error
+        except Exception as error:  # the module's own code failed
+            raise self._user_error(f'importing module "{module_name}"', error) from error
+        cls = getattr(module, class_name, None)
+        if cls is None:
+            where = getattr(module, "__file__", None) or module_name
+            raise self.error(f'the Python layer module "{module_name}" ({where}) has no class '
+                             f'"{class_name}"')
+        return cls
+
+    def _adopt_blobs(self):
+        """The user's ``self.blobs`` is this layer's list of learnable blobs."""
+        blobs = getattr(self.impl, "blobs", None)
+        if not isinstance(blobs, BlobVec):
+            blobs = BlobVec(blobs if isinstance(blobs, list) else self.blobs)
+            self.impl.blobs = blobs
+        self.blobs = blobs
+
+    def _method(self, name):
+        """The user's ``name`` method, or None where the class only inherits ours."""
+        own = getattr(type(self.impl), name, None)
+        if own is None or own is getattr(Layer, name, None):
+            return None
+        return getattr(self.impl, name)
+
+    def _call(self, function, what, *args):
+        try:
+            return function(*args)
+        except Exception as error:
+            raise self._user_error(what, error) from error
+
+    def _user_error(self, what, error):
+        return self.error(f"Python layer {self.where}: {what} raised "
+                          f"{type(error).__name__}: {error}\n{user_traceback(error)}")
+
+    def _run(self, name, *args, required=True):
+        method = self._method(name)
+        if method is None:
+            if required:
+                raise self.error(f"the Python layer class {self.where} defines no {name}()")
+            return
+        self._call(method, name, *args)
+
+    # --- the layer contract ------------------------------------------------------------------
+    def layer_setup(self, bottom, top):
+        self.impl.param_str = self.param.python_param.param_str
+        self.impl.phase = self.phase
+        cache = {}
+        self._run("setup", _wrap(bottom, cache), _wrap(top, cache), required=False)
+        self._adopt_blobs()
+        if not all(isinstance(blob, Blob) for blob in self.blobs):
+            raise self.error(f"the Python layer {self.where} put something other than Blobs in "
+                             "self.blobs (use self.blobs.add_blob(*shape))")
+        self.param_propagate_down = [True] * len(self.blobs)
+        self.impl.param_propagate_down = self.param_propagate_down
+
+    def reshape(self, bottom, top):
+        cache = {}
+        self._run("reshape", _wrap(bottom, cache), _wrap(top, cache))
+
+    def forward_cpu(self, bottom, top):
+        cache = {}
+        self._run("forward", _wrap(bottom, cache), _wrap(top, cache))
+
+    def backward_cpu(self, top, propagate_down, bottom):
+        cache = {}
+        self._run("backward", _wrap(top, cache), list(propagate_down), _wrap(bottom, cache))
