@@ -15,6 +15,10 @@ Convolution runs them as forward / (weight, backward) and Deconvolution as backw
 the column matrix of each image, multiplied in place by batched GEMMs. Buffers are allocated
 in ``reshape`` and reused; batches whose column buffer would exceed ``COL_BUFFER_LIMIT``
 elements run in a few blocks of images.
+
+The GEMMs see the output side as (C_out, count P) while blobs hold (count, C_out, P): the
+numba kernels of ``kernels/cpu/layout.py`` reorder it, adding the bias on the way out and
+summing the bias gradient on the way back in (to the bit what numpy's sums gave).
 """
 import math
 
@@ -24,6 +28,7 @@ from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer
 from pycaffe_cli.layers.kernels.cpu import im2col as kernels
+from pycaffe_cli.layers.kernels.cpu import layout
 from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
 from pycaffe_cli.layers.views import layer_axis
 
@@ -228,16 +233,22 @@ class BaseConvolutionLayer(Layer):
         """The column matrix (G, kernel_dim, count P) of ``count`` flat input images."""
         col = self._col_matrix(count)
         if self.is_1x1:
-            cols = col.reshape(self.conv_in_channels, count, -1)
-            np.copyto(cols, im.reshape(count, self.conv_in_channels, -1).transpose(1, 0, 2))
+            layout.images_to_channels(im.reshape(-1), count, self.conv_in_channels,
+                                      self.out_spatial_dim, col.reshape(-1))
         else:
             self.geometry.im2col(im, count, col.reshape(-1), False)
         return col
 
-    def _mat_transposed(self, mat, count):
-        """The output side (count, C_out, P) as the matrix (G, C_out / G, count P)."""
+    def _mat_transposed(self, mat, count, sums=None):
+        """The output side (count, C_out, P) as the matrix (G, C_out / G, count P); with
+        ``sums``, also adds each channel's sum to it (see ``bias_sums``)."""
         y = self._mat_matrix(count)
-        np.copyto(y.reshape(self.conv_out_channels, count, -1), mat.transpose(1, 0, 2))
+        args = (mat.reshape(-1), count, self.conv_out_channels, self.out_spatial_dim,
+                y.reshape(-1))
+        if sums is None:
+            layout.images_to_channels(*args)
+        else:
+            layout.images_to_channels_sum(*args, sums)
         return y
 
     # --- the three GEMMs ---------------------------------------------------------------
@@ -253,11 +264,11 @@ class BaseConvolutionLayer(Layer):
         col = self._col_matrix(count) if skip_im2col else self._im2col(im, count)
         y = self._mat_matrix(count)
         np.matmul(weights, col, out=y)
-        y = y.reshape(self.conv_out_channels, count, -1).transpose(1, 0, 2)
+        args = (y.reshape(-1), count, self.conv_out_channels, self.out_spatial_dim)
         if bias is None:
-            np.copyto(mat, y)
+            layout.channels_to_images(*args, mat.reshape(-1))
         else:
-            np.add(y, bias.reshape(1, -1, 1), out=mat)
+            layout.channels_to_images_bias(*args, bias, mat.reshape(-1))
 
     def backward_gemm(self, mat, im, count, mat_transposed=None):
         """im (flat input images) = col2im(W^T @ mat), ``mat`` (count, C_out, P)."""
@@ -271,17 +282,33 @@ class BaseConvolutionLayer(Layer):
         np.matmul(weights_t, y, out=col)
         self.geometry.col2im(col.reshape(-1), count, im, False)
 
-    def weight_gemm(self, im, mat, count):
+    def weight_gemm(self, im, mat, count, mat_transposed=None):
         """dW += mat @ im2col(im)^T; returns ``mat`` transposed for a following
-        backward_gemm, and leaves im2col(im) in the column buffer."""
+        backward_gemm (``mat_transposed`` if given), and leaves im2col(im) in the column
+        buffer."""
         col = self._im2col(im, count)
-        y = self._mat_transposed(mat, count)
+        y = self._mat_transposed(mat, count) if mat_transposed is None else mat_transposed
         grad = np.matmul(y, col.transpose(0, 2, 1))
         self.blobs[0].diff.reshape(grad.shape)[...] += grad
         return y
 
     def backward_bias(self, diff):
         """db += the output-side diff summed over images and positions."""
+        sums = self.bias_sums()
+        if sums is not None:
+            layout.channel_sums(diff.reshape(-1), self.num, self.num_output,
+                                diff.size // max(self.num * self.num_output, 1), sums)
+            self.add_bias_diff(sums)
+
+    def bias_sums(self):
+        """Zeroed per-channel sums to collect the bias gradient in (``_mat_transposed``
+        adds a block's), or None when the bias takes no gradient. Sums run image by image,
+        each image's positions in numpy's pairwise order: the numbers of
+        ``diff.sum(axis=(0, 2))``, whether or not the batch runs in blocks."""
         if self.bias_term and self.param_propagate_down[1]:
-            sums = diff.reshape(self.num, self.num_output, -1).sum(axis=(0, 2))
-            self.blobs[1].diff[...] += sums
+            return np.zeros(self.num_output, np.float32)
+        return None
+
+    def add_bias_diff(self, sums):
+        """db += ``sums`` (from ``bias_sums``)."""
+        self.blobs[1].diff[...] += sums

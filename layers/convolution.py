@@ -34,15 +34,22 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def backward_cpu(self, top, propagate_down, bottom):
         for i, (y, x) in enumerate(zip(top, bottom)):
-            self.backward_bias(y.diff)
-            if not (self.param_propagate_down[0] or propagate_down[i]):
-                continue
+            # The GEMMs take the top diff as (C_out, count P): the pass that reorders it,
+            # block by block, also sums the bias gradient.
+            reorder = self.param_propagate_down[0] or (propagate_down[i] and not self.is_1x1)
+            sums = self.bias_sums() if reorder else None
+            if not reorder:
+                self.backward_bias(y.diff)
+                if not propagate_down[i]:
+                    continue
             for first, count in self.blocks():
                 dy = self.mat_block(y.diff, first, count)
-                dy_transposed = None
+                dy_transposed = self._mat_transposed(dy, count, sums) if reorder else None
                 if self.param_propagate_down[0]:
-                    dy_transposed = self.weight_gemm(self.im_block(x.data, first, count), dy,
-                                                     count)
+                    self.weight_gemm(self.im_block(x.data, first, count), dy, count,
+                                     dy_transposed)
                 if propagate_down[i]:
                     self.backward_gemm(dy, self.im_block(x.diff, first, count), count,
                                        dy_transposed)
+            if sums is not None:
+                self.add_bias_diff(sums)

@@ -19,14 +19,16 @@ Batched buffers hold ``num`` images in one of two layouts:
 * ``batch_major=True``: (num, rows, P) -- Caffe's per-image blocks (the Im2col layer's top).
 
 ``col2im`` is the adjoint of ``im2col``: every image element is the SUM of the column entries
-that read it. It is written as a gather -- each image plane is owned by one thread, which
-adds up its own contributions, in Caffe's order (row by row) -- so no two threads ever write
-the same element and a GPU port needs no atomics.
+that read it. Each image plane is owned by one thread, which adds up its own contributions in
+Caffe's order (row by row), so no two threads ever write the same element and a GPU port
+needs no atomics.
 
-All arrays are flat (1-d) C-contiguous views; pass ``blob.data.reshape(-1)``.
+All arrays are flat (1-d) C-contiguous views; pass ``blob.data.reshape(-1)``. The 2-d kernels
+index them with ``uintp`` casts: numba cannot prove a signed index non-negative, and its
+wraparound handling kept the copy loops from vectorising (5-7x slower).
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uintp
 
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
@@ -49,72 +51,101 @@ def _strides(num, rows, plane, batch_major):
     return num * plane, plane
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True)
+def _ranges(size, kernel, pad, stride, dilation, out_size):
+    """``_inside`` for every kernel offset along one axis: row k is [lo, hi)."""
+    ranges = np.empty((kernel, 2), np.int64)
+    for k in range(kernel):
+        ranges[k, 0], ranges[k, 1] = _inside(k * dilation - pad, stride, size, out_size)
+    return ranges
+
+
+@njit(cache=True, inline="always")
+def _zero(array, start, stop):
+    for i in range(start, stop):
+        array[uintp(i)] = 0
+
+
+@njit(cache=True, parallel=True, nogil=True)
 def im2col_batch(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                  stride_h, stride_w, dilation_h, dilation_w, col, batch_major):
     """Unfold ``num`` images (num, channels, height, width) into ``col`` (see module doc).
 
-    Parallel over the column rows; each row's outputs are written contiguously.
+    Parallel over the column rows; each row's outputs are written contiguously. The in-image
+    output ranges of every kernel offset are computed once per call, so the inner loops are
+    plain copies (contiguous ones for stride 1) between runs of zeros.
     """
     out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
     out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
     rows = channels * kernel_h * kernel_w
-    row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
+    plane = out_h * out_w
+    row_stride, image_stride = _strides(num, rows, plane, batch_major)
+    h_ranges = _ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h)
+    w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
     for r in prange(rows):
         kj = r % kernel_w
         ki = (r // kernel_w) % kernel_h
         c = r // (kernel_w * kernel_h)
         h_off = ki * dilation_h - pad_h
         w_off = kj * dilation_w - pad_w
-        lo, hi = _inside(w_off, stride_w, width, out_w)
+        oh0, oh1 = h_ranges[ki, 0], h_ranges[ki, 1]
+        lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
         for n in range(num):
-            plane = (n * channels + c) * height
-            for oh in range(out_h):
-                dst = r * row_stride + n * image_stride + oh * out_w
-                ih = oh * stride_h + h_off
-                if ih < 0 or ih >= height:
-                    col[dst:dst + out_w] = 0
-                    continue
-                col[dst:dst + lo] = 0
-                src = (plane + ih) * width + w_off
-                for ow in range(lo, hi):
-                    col[dst + ow] = data[src + ow * stride_w]
-                col[dst + hi:dst + out_w] = 0
+            first = r * row_stride + n * image_stride
+            image = (n * channels + c) * height
+            _zero(col, first, first + oh0 * out_w)
+            for oh in range(oh0, oh1):
+                dst = first + oh * out_w
+                src = (image + oh * stride_h + h_off) * width + w_off
+                _zero(col, dst, dst + lo)
+                if stride_w == 1:
+                    for ow in range(lo, hi):
+                        col[uintp(dst + ow)] = data[uintp(src + ow)]
+                else:
+                    for ow in range(lo, hi):
+                        col[uintp(dst + ow)] = data[uintp(src + ow * stride_w)]
+                _zero(col, dst + hi, dst + out_w)
+            _zero(col, first + oh1 * out_w, first + plane)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                  stride_h, stride_w, dilation_h, dilation_w, data, batch_major):
     """Fold ``col`` back into ``num`` images, overwriting ``data``: the adjoint of im2col.
 
-    Parallel over image planes (n, c); each plane gathers its own column entries.
+    Parallel over image planes (n, c); each plane adds up its own column rows, kernel offset
+    by kernel offset. One offset reaches an image element at most once, so every element
+    sums its contributions in row order (Caffe's order) whatever the loop inside an offset.
     """
     out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
     out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
     rows = channels * kernel_h * kernel_w
     row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
+    h_ranges = _ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h)
+    w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
     for plane in prange(num * channels):
         n = plane // channels
         c = plane % channels
         base = plane * height * width
-        data[base:base + height * width] = 0
-        for ih in range(height):
-            for ki in range(kernel_h):
-                t = ih + pad_h - ki * dilation_h
-                if t < 0 or t % stride_h != 0 or t // stride_h >= out_h:
-                    continue
-                oh = t // stride_h
-                for kj in range(kernel_w):
-                    r = (c * kernel_h + ki) * kernel_w + kj
-                    w_off = kj * dilation_w - pad_w
-                    lo, hi = _inside(w_off, stride_w, width, out_w)
-                    src = r * row_stride + n * image_stride + oh * out_w
-                    dst = base + ih * width + w_off
-                    for ow in range(lo, hi):
-                        data[dst + ow * stride_w] += col[src + ow]
+        _zero(data, base, base + height * width)
+        for ki in range(kernel_h):
+            h_off = ki * dilation_h - pad_h
+            for kj in range(kernel_w):
+                w_off = kj * dilation_w - pad_w
+                lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
+                first = ((c * kernel_h + ki) * kernel_w + kj) * row_stride + n * image_stride
+                for oh in range(h_ranges[ki, 0], h_ranges[ki, 1]):
+                    src = first + oh * out_w
+                    dst = base + (oh * stride_h + h_off) * width + w_off
+                    if stride_w == 1:
+                        for ow in range(lo, hi):
+                            data[uintp(dst + ow)] += col[uintp(src + ow)]
+                    else:
+                        for ow in range(lo, hi):
+                            data[uintp(dst + ow * stride_w)] += col[uintp(src + ow)]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def im2col(data, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
            stride_w, dilation_h, dilation_w, col):
     """Caffe's im2col_cpu for one image: col (channels kernel_h kernel_w, out_h out_w)."""
@@ -122,7 +153,7 @@ def im2col(data, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stri
                  stride_h, stride_w, dilation_h, dilation_w, col, True)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def col2im(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
            stride_w, dilation_h, dilation_w, data):
     """Caffe's col2im_cpu for one image (``data`` is overwritten with the folded sums)."""
@@ -130,7 +161,7 @@ def col2im(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, strid
                  stride_h, stride_w, dilation_h, dilation_w, data, True)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def nd_out_shape(im_shape, kernel, pad, stride, dilation):
     """Per-axis conv output sizes (int64 array) of an N-d window."""
     out = np.empty(len(im_shape), np.int64)
@@ -139,7 +170,7 @@ def nd_out_shape(im_shape, kernel, pad, stride, dilation):
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def im2col_nd(data, num, channels, im_shape, kernel, pad, stride, dilation, col, batch_major):
     """N-d im2col (Caffe's im2col_nd_cpu) for ``num`` images (num, channels, *im_shape).
 
@@ -183,7 +214,7 @@ def im2col_nd(data, num, channels, im_shape, kernel, pad, stride, dilation, col,
                 col[dst + p] = data[image + index] if inside else 0
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def col2im_nd(col, num, channels, im_shape, kernel, pad, stride, dilation, data, batch_major):
     """N-d col2im: the adjoint of ``im2col_nd``, overwriting ``data`` (a per-element gather)."""
     axes = len(im_shape)

@@ -1,22 +1,27 @@
 """Pooling kernels (Caffe's PoolingLayer maths) over planes of shape (N*C, H, W).
 
-The work for one output element (forward) or one input element (backward) is a plain Python
-function ``*_at_py``; the CPU drivers below run it under a ``prange`` over the N*C planes
-(inlined at numba-IR level with ``inline="always"``: as plain calls they run at half the
-speed), and a ``numba.cuda`` grid-stride loop can compile the same bodies. Every backward pass
-GATHERS: an input pixel visits the output windows that can contain it (``window_range``), so no
-two threads ever write the same element and the GPU needs no atomics.
+MAX and AVE run one plane per ``prange`` job with the window bounds of every output row and
+column computed once per call. Their backward passes SCATTER within the plane, in row-major
+window order -- the order of Caffe's CPU loops -- and one job owns a whole plane, so no two
+threads write the same element (a GPU port would gather per pixel instead, as the STOCHASTIC
+kernels below do). Indices are cast to ``uintp``: numba cannot prove a signed index
+non-negative, and its wraparound handling made these loops several times slower.
+
+STOCHASTIC works per output element (forward) or per input element (backward): a plain
+Python function ``*_at_py`` run under a ``prange`` over the planes (inlined at numba-IR level
+with ``inline="always"``: as plain calls they run at half the speed); its backward passes
+GATHER: an input pixel visits the output windows that can contain it (``window_range``).
 
 The window of output (ph, pw) is rows [ph * stride_h - pad_h, ... + kernel_h) and likewise for
 columns, clipped to the image. AVE divides by the window clipped to the PADDED image instead:
 ``pool_size = (min(hstart + kernel_h, height + pad_h) - hstart) * (same for w)``. Sums run in
-float32 in Caffe's order (row-major over a window; in gathers, row-major over the windows, the
-order in which Caffe's CPU scatter adds them), so the numbers are Caffe CPU's. Masks hold the
-argmax as the in-plane index ``h * width + w``: int32 in the layer's own buffer, float32 when
-the mask is the layer's second top.
+float32 in Caffe's order (row-major over a window; across windows, row-major over the
+windows), so the numbers are Caffe CPU's. Masks hold the argmax as the in-plane index
+``h * width + w``: int32 in the layer's own buffer, float32 when the mask is the layer's
+second top.
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uintp
 
 FLT_MAX = float(np.finfo(np.float32).max)
 FLT_MIN = float(np.finfo(np.float32).tiny)
@@ -34,7 +39,7 @@ def window_range_py(pos, kernel, stride, pooled):
 window_range = njit(cache=True)(window_range_py)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _window_ranges(bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w):
     """``window_range`` for every row and every column, computed once per call (the CPU
     drivers look them up instead of dividing per pixel)."""
@@ -47,139 +52,125 @@ def _window_ranges(bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h, p
     return rows, cols
 
 
-# --- MAX ------------------------------------------------------------------------------------
-def max_pool_at_py(bottom, top, mask, p, ph, pw, kernel_h, kernel_w, stride_h, stride_w,
-                   pad_h, pad_w):
-    """top[p, ph, pw] = max over the window (first maximum wins); mask = its flat index."""
-    height, width = bottom.shape[1], bottom.shape[2]
-    hstart = ph * stride_h - pad_h
-    wstart = pw * stride_w - pad_w
-    hend = min(hstart + kernel_h, height)
-    wend = min(wstart + kernel_w, width)
-    hstart = max(hstart, 0)
-    wstart = max(wstart, 0)
-    maxval = -FLT_MAX
-    maxidx = -1
-    for h in range(hstart, hend):
-        for w in range(wstart, wend):
-            if bottom[p, h, w] > maxval:
-                maxval = bottom[p, h, w]
-                maxidx = h * width + w
-    top[p, ph, pw] = maxval
-    mask[p, ph, pw] = maxidx
+# --- MAX and AVE: one plane per job, window bounds computed once per call -------------------
+@njit(cache=True, nogil=True)
+def _window_bounds(pooled, kernel, stride, pad, size):
+    """Row o: [start, end) of window o along one axis, clipped to the image, and the extent
+    Caffe's AVE divides by (the window clipped to the padded image)."""
+    bounds = np.empty((pooled, 3), np.int64)
+    for o in range(pooled):
+        start = o * stride - pad
+        bounds[o, 0] = max(start, 0)
+        bounds[o, 1] = min(start + kernel, size)
+        bounds[o, 2] = min(start + kernel, size + pad) - start
+    return bounds
 
 
-def max_pool_grad_at_py(top_diff, mask, bottom_diff, p, h, w, ph0, ph1, pw0, pw1):
-    """bottom_diff[p, h, w] = sum of top diffs of the windows whose argmax is (h, w); the
-    windows holding (h, w) are [ph0, ph1) x [pw0, pw1) (from ``window_range``)."""
-    width = bottom_diff.shape[2]
-    index = h * width + w
-    gradient = np.float32(0.0)
-    for ph in range(ph0, ph1):
-        for pw in range(pw0, pw1):
-            if mask[p, ph, pw] == index:
-                gradient += top_diff[p, ph, pw]
-    bottom_diff[p, h, w] = gradient
+@njit(cache=True, inline="always")
+def _max_step(value, index, maxval, maxidx):
+    """One step of the running (max, argmax): the first maximum wins (``>``, so NaNs are
+    skipped). Selects rather than a branch, which random data mispredicts."""
+    better = value > maxval
+    return (value if better else maxval), (index if better else maxidx)
 
 
-_max_pool_at = njit(cache=True, inline="always")(max_pool_at_py)
-_max_pool_grad_at = njit(cache=True, inline="always")(max_pool_grad_at_py)
-
-
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def max_pool_forward(bottom, top, mask, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w):
-    """Max pooling of ``bottom`` (P, H, W) into ``top`` and ``mask`` (P, PH, PW)."""
+    """Max pooling of ``bottom`` (P, H, W) into ``top`` and ``mask`` (P, PH, PW): the first
+    maximum of each window in row-major order; a window with no value above -FLT_MAX gives
+    -FLT_MAX and index -1. Window rows 2 and 3 wide are unrolled (loop overhead was most of
+    the time)."""
+    width = bottom.shape[2]
+    rows = _window_bounds(top.shape[1], kernel_h, stride_h, pad_h, bottom.shape[1])
+    cols = _window_bounds(top.shape[2], kernel_w, stride_w, pad_w, width)
     for p in prange(top.shape[0]):
+        plane = bottom[uintp(p)]
         for ph in range(top.shape[1]):
+            h0, h1 = rows[ph, 0], rows[ph, 1]
             for pw in range(top.shape[2]):
-                _max_pool_at(bottom, top, mask, p, ph, pw, kernel_h, kernel_w, stride_h,
-                             stride_w, pad_h, pad_w)
+                w0, w1 = cols[pw, 0], cols[pw, 1]
+                maxval = np.float32(-FLT_MAX)
+                maxidx = -1
+                for h in range(h0, h1):
+                    line = plane[uintp(h)]
+                    at = h * width
+                    if w1 - w0 == 2:
+                        maxval, maxidx = _max_step(line[uintp(w0)], at + w0, maxval, maxidx)
+                        maxval, maxidx = _max_step(line[uintp(w0 + 1)], at + w0 + 1, maxval,
+                                                   maxidx)
+                    elif w1 - w0 == 3:
+                        maxval, maxidx = _max_step(line[uintp(w0)], at + w0, maxval, maxidx)
+                        maxval, maxidx = _max_step(line[uintp(w0 + 1)], at + w0 + 1, maxval,
+                                                   maxidx)
+                        maxval, maxidx = _max_step(line[uintp(w0 + 2)], at + w0 + 2, maxval,
+                                                   maxidx)
+                    else:
+                        for w in range(w0, w1):
+                            maxval, maxidx = _max_step(line[uintp(w)], at + w, maxval, maxidx)
+                top[uintp(p), uintp(ph), uintp(pw)] = maxval
+                mask[uintp(p), uintp(ph), uintp(pw)] = maxidx
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def max_pool_backward(top_diff, mask, bottom_diff, kernel_h, kernel_w, stride_h, stride_w,
                       pad_h, pad_w):
-    """Route each top diff to its window's argmax; writes every element of ``bottom_diff``."""
-    rows, cols = _window_ranges(bottom_diff, top_diff, kernel_h, kernel_w, stride_h, stride_w,
-                                pad_h, pad_w)
+    """Route each top diff to its window's argmax; writes every element of ``bottom_diff``.
+
+    Each plane adds its top diffs in row-major window order, Caffe's order. Indices outside
+    the plane (-1: a window with no maximum) are skipped. The window arguments are unused:
+    the mask says where each diff goes.
+    """
+    size = bottom_diff.shape[1] * bottom_diff.shape[2]
     for p in prange(bottom_diff.shape[0]):
-        for h in range(bottom_diff.shape[1]):
-            for w in range(bottom_diff.shape[2]):
-                _max_pool_grad_at(top_diff, mask, bottom_diff, p, h, w, rows[h, 0], rows[h, 1],
-                                  cols[w, 0], cols[w, 1])
+        plane = bottom_diff[uintp(p)].reshape(size)
+        plane[:] = 0
+        for ph in range(top_diff.shape[1]):
+            for pw in range(top_diff.shape[2]):
+                index = mask[uintp(p), uintp(ph), uintp(pw)]
+                if index >= 0 and index < size:  # False for NaN too
+                    plane[uintp(int(index))] += top_diff[uintp(p), uintp(ph), uintp(pw)]
 
 
-# --- AVE ------------------------------------------------------------------------------------
-def ave_pool_size_py(ph, pw, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h,
-                     pad_w):
-    """Caffe's divisor: the window clipped to the padded image (padding counts as zeros)."""
-    hstart = ph * stride_h - pad_h
-    wstart = pw * stride_w - pad_w
-    hend = min(hstart + kernel_h, height + pad_h)
-    wend = min(wstart + kernel_w, width + pad_w)
-    return (hend - hstart) * (wend - wstart)
-
-
-ave_pool_size = njit(cache=True)(ave_pool_size_py)
-
-
-def ave_pool_at_py(bottom, top, p, ph, pw, kernel_h, kernel_w, stride_h, stride_w, pad_h,
-                   pad_w):
-    """top[p, ph, pw] = sum of the window inside the image / pool size."""
-    height, width = bottom.shape[1], bottom.shape[2]
-    pool_size = ave_pool_size(ph, pw, height, width, kernel_h, kernel_w, stride_h, stride_w,
-                              pad_h, pad_w)
-    hstart = max(ph * stride_h - pad_h, 0)
-    wstart = max(pw * stride_w - pad_w, 0)
-    hend = min(ph * stride_h - pad_h + kernel_h, height)
-    wend = min(pw * stride_w - pad_w + kernel_w, width)
-    total = np.float32(0.0)
-    for h in range(hstart, hend):
-        for w in range(wstart, wend):
-            total += bottom[p, h, w]
-    top[p, ph, pw] = total / np.float32(pool_size)
-
-
-def ave_pool_grad_at_py(top_diff, bottom_diff, p, h, w, ph0, ph1, pw0, pw1, kernel_h,
-                        kernel_w, stride_h, stride_w, pad_h, pad_w):
-    """bottom_diff[p, h, w] = sum over the windows [ph0, ph1) x [pw0, pw1) holding (h, w) of
-    top diff / pool size."""
-    height, width = bottom_diff.shape[1], bottom_diff.shape[2]
-    gradient = np.float32(0.0)
-    for ph in range(ph0, ph1):
-        for pw in range(pw0, pw1):
-            pool_size = ave_pool_size(ph, pw, height, width, kernel_h, kernel_w, stride_h,
-                                      stride_w, pad_h, pad_w)
-            gradient += top_diff[p, ph, pw] / np.float32(pool_size)
-    bottom_diff[p, h, w] = gradient
-
-
-_ave_pool_at = njit(cache=True, inline="always")(ave_pool_at_py)
-_ave_pool_grad_at = njit(cache=True, inline="always")(ave_pool_grad_at_py)
-
-
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def ave_pool_forward(bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w):
-    """Average pooling of ``bottom`` (P, H, W) into ``top`` (P, PH, PW)."""
+    """Average pooling of ``bottom`` (P, H, W) into ``top`` (P, PH, PW): the window's sum
+    (row-major, float32) divided by its size clipped to the padded image."""
+    rows = _window_bounds(top.shape[1], kernel_h, stride_h, pad_h, bottom.shape[1])
+    cols = _window_bounds(top.shape[2], kernel_w, stride_w, pad_w, bottom.shape[2])
     for p in prange(top.shape[0]):
+        plane = bottom[uintp(p)]
         for ph in range(top.shape[1]):
             for pw in range(top.shape[2]):
-                _ave_pool_at(bottom, top, p, ph, pw, kernel_h, kernel_w, stride_h, stride_w,
-                             pad_h, pad_w)
+                total = np.float32(0.0)
+                for h in range(rows[ph, 0], rows[ph, 1]):
+                    for w in range(cols[pw, 0], cols[pw, 1]):
+                        total += plane[uintp(h), uintp(w)]
+                top[uintp(p), uintp(ph), uintp(pw)] = total / np.float32(rows[ph, 2]
+                                                                         * cols[pw, 2])
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def ave_pool_backward(top_diff, bottom_diff, kernel_h, kernel_w, stride_h, stride_w, pad_h,
                       pad_w):
-    """Spread each top diff evenly over its window; writes every element of ``bottom_diff``."""
-    rows, cols = _window_ranges(bottom_diff, top_diff, kernel_h, kernel_w, stride_h, stride_w,
-                                pad_h, pad_w)
+    """Spread each top diff evenly over its window; writes every element of ``bottom_diff``.
+
+    Each plane adds the windows' shares in row-major window order, Caffe's order.
+    """
+    height, width = bottom_diff.shape[1], bottom_diff.shape[2]
+    rows = _window_bounds(top_diff.shape[1], kernel_h, stride_h, pad_h, height)
+    cols = _window_bounds(top_diff.shape[2], kernel_w, stride_w, pad_w, width)
     for p in prange(bottom_diff.shape[0]):
-        for h in range(bottom_diff.shape[1]):
-            for w in range(bottom_diff.shape[2]):
-                _ave_pool_grad_at(top_diff, bottom_diff, p, h, w, rows[h, 0], rows[h, 1],
-                                  cols[w, 0], cols[w, 1], kernel_h, kernel_w, stride_h,
-                                  stride_w, pad_h, pad_w)
+        plane = bottom_diff[uintp(p)]
+        for h in range(height):
+            for w in range(width):
+                plane[uintp(h), uintp(w)] = 0
+        for ph in range(top_diff.shape[1]):
+            for pw in range(top_diff.shape[2]):
+                share = top_diff[uintp(p), uintp(ph), uintp(pw)] / np.float32(rows[ph, 2]
+                                                                             * cols[pw, 2])
+                for h in range(rows[ph, 0], rows[ph, 1]):
+                    for w in range(cols[pw, 0], cols[pw, 1]):
+                        plane[uintp(h), uintp(w)] += share
 
 
 # --- STOCHASTIC (no padding) ----------------------------------------------------------------
@@ -262,7 +253,7 @@ _sto_pool_grad_at = njit(cache=True, inline="always")(sto_pool_grad_at_py)
 _sto_pool_test_grad_at = njit(cache=True, inline="always")(sto_pool_test_grad_at_py)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def sto_pool_forward_train(bottom, uniform, top, rand_idx, kernel_h, kernel_w, stride_h,
                            stride_w):
     """Stochastic pooling, TRAIN: sampled activations into ``top``, their indices into
@@ -274,7 +265,7 @@ def sto_pool_forward_train(bottom, uniform, top, rand_idx, kernel_h, kernel_w, s
                                    kernel_w, stride_h, stride_w)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def sto_pool_forward_test(bottom, top, window_sum, kernel_h, kernel_w, stride_h, stride_w):
     """Stochastic pooling, TEST: the activation-weighted average; ``window_sum`` keeps the
     denominators for the backward pass."""
@@ -285,7 +276,7 @@ def sto_pool_forward_test(bottom, top, window_sum, kernel_h, kernel_w, stride_h,
                                   stride_h, stride_w)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def sto_pool_backward(top_diff, rand_idx, bottom_diff, kernel_h, kernel_w, stride_h,
                       stride_w):
     """Route each top diff to its sampled position; writes every element of ``bottom_diff``."""
@@ -298,7 +289,7 @@ def sto_pool_backward(top_diff, rand_idx, bottom_diff, kernel_h, kernel_w, strid
                                   rows[h, 1], cols[w, 0], cols[w, 1])
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def sto_pool_backward_test(bottom, top, window_sum, top_diff, bottom_diff, kernel_h, kernel_w,
                            stride_h, stride_w):
     """Gradient of the TEST-phase weighted average (Caffe has no TEST backward)."""

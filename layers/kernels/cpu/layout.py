@@ -1,0 +1,111 @@
+"""Reorderings between the image layout (N, C, P) and the channel layout (C, N, P) (CPU, numba).
+
+A batched convolution GEMM produces its output as (C, N, P) -- one row per channel, the images
+side by side -- while blobs hold (N, C, P); backward needs the reverse for the top diff. These
+kernels move whole rows of P contiguous elements, a ``prange`` over rows, and fold in what a
+separate numpy pass would otherwise do on the same data:
+
+* ``channels_to_images_bias``: the bias add of the forward pass, ``y + b[c]`` in float32;
+* ``images_to_channels_sum``: the bias gradient of the backward pass. Each channel's sum
+  runs image after image, each image's row by numpy's float32 pairwise summation, so it is
+  bitwise the ``diff.sum(axis=(0, 2))`` numpy computes for a contiguous (N, C, P) array.
+
+Arrays are flat (1-d) C-contiguous views. Indices are cast to ``uintp``: numba cannot prove a
+signed index non-negative, and its wraparound check keeps the copy loops from vectorising
+(5-8x slower).
+"""
+from numba import float32, njit, prange, uintp
+
+PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: runs up to this length sum with 8 accumulators
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def channels_to_images(src, num, channels, size, dst):
+    """dst (num, channels, size) = src (channels, num, size)."""
+    for row in prange(num * channels):
+        first = ((row % channels) * num + row // channels) * size
+        start = row * size
+        for i in range(size):
+            dst[uintp(start + i)] = src[uintp(first + i)]
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def channels_to_images_bias(src, num, channels, size, bias, dst):
+    """dst (num, channels, size) = src (channels, num, size) + bias[channel]."""
+    for row in prange(num * channels):
+        c = row % channels
+        first = (c * num + row // channels) * size
+        start = row * size
+        b = bias[c]
+        for i in range(size):
+            dst[uintp(start + i)] = src[uintp(first + i)] + b
+
+
+@njit(cache=True, nogil=True)
+def pairwise_sum(a, start, n):
+    """float32 sum of a[start:start + n] in numpy's pairwise order (``pairwise_sum`` in
+    numpy's loops_utils.h): short runs in sequence, runs up to 128 with 8 interleaved
+    accumulators, longer ones split in two at a multiple of 8."""
+    if n < 8:
+        total = float32(0.0)
+        for i in range(n):
+            total += a[uintp(start + i)]
+        return total
+    if n <= PAIRWISE_BLOCK:
+        r0, r1, r2, r3 = a[uintp(start)], a[uintp(start + 1)], a[uintp(start + 2)], \
+            a[uintp(start + 3)]
+        r4, r5, r6, r7 = a[uintp(start + 4)], a[uintp(start + 5)], a[uintp(start + 6)], \
+            a[uintp(start + 7)]
+        stop = n - n % 8
+        for i in range(start + 8, start + stop, 8):
+            r0 += a[uintp(i)]
+            r1 += a[uintp(i + 1)]
+            r2 += a[uintp(i + 2)]
+            r3 += a[uintp(i + 3)]
+            r4 += a[uintp(i + 4)]
+            r5 += a[uintp(i + 5)]
+            r6 += a[uintp(i + 6)]
+            r7 += a[uintp(i + 7)]
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(start + stop, start + n):
+            total += a[uintp(i)]
+        return total
+    half = n // 2
+    half -= half % 8
+    return pairwise_sum(a, start, half) + pairwise_sum(a, start + half, n - half)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def images_to_channels(src, num, channels, size, dst):
+    """dst (channels, num, size) = src (num, channels, size)."""
+    for row in prange(channels * num):
+        first = ((row % num) * channels + row // num) * size
+        start = row * size
+        for i in range(size):
+            dst[uintp(start + i)] = src[uintp(first + i)]
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def images_to_channels_sum(src, num, channels, size, dst, sums):
+    """dst (channels, num, size) = src (num, channels, size), and sums[c] += the sum of
+    channel c, image by image (see the module doc). One job per channel."""
+    for c in prange(channels):
+        total = sums[c]
+        for n in range(num):
+            first = (n * channels + c) * size
+            start = (c * num + n) * size
+            for i in range(size):
+                dst[uintp(start + i)] = src[uintp(first + i)]
+            total += pairwise_sum(dst, start, size)
+        sums[c] = total
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def channel_sums(src, num, channels, size, sums):
+    """sums[c] += the sum of channel c of src (num, channels, size), in the order of
+    ``images_to_channels_sum``."""
+    for c in prange(channels):
+        total = sums[c]
+        for n in range(num):
+            total += pairwise_sum(src, (n * channels + c) * size, size)
+        sums[c] = total

@@ -1,0 +1,103 @@
+"""Pooling kernels add in Caffe's order: float32 sums to the bit, and MAX edge cases.
+
+The CPU kernels scatter within a plane in row-major window order (pooling_layer.cpp's loops);
+the references below are those loops in plain Python with float32 scalars.
+"""
+import numpy as np
+import pytest
+
+from pycaffe_cli.layers.kernels.cpu import pooling as kernels
+from pycaffe_cli.layers.kernels.geometry import pool_out_size
+
+FLT_MAX = np.finfo(np.float32).max
+# (shape (P, H, W), kernel, stride, pad): overlapping windows, padding, clipped edges
+CASES = [((2, 7, 6), (3, 3), (1, 1), (1, 1)), ((2, 9, 9), (3, 3), (2, 2), (0, 0)),
+         ((1, 8, 7), (3, 2), (2, 1), (1, 0)), ((2, 6, 6), (2, 2), (2, 2), (0, 0)),
+         ((1, 7, 9), (4, 3), (1, 2), (2, 1))]
+
+
+def windows(shape, kernel, stride, pad):
+    """(ph, pw, rows, cols, pool_size) in row-major order (Caffe's loops)."""
+    _, height, width = shape
+    pooled = [pool_out_size(s, k, p, st) for s, k, p, st in zip((height, width), kernel,
+                                                               pad, stride)]
+    for ph in range(pooled[0]):
+        for pw in range(pooled[1]):
+            h0, w0 = ph * stride[0] - pad[0], pw * stride[1] - pad[1]
+            size = ((min(h0 + kernel[0], height + pad[0]) - h0)
+                    * (min(w0 + kernel[1], width + pad[1]) - w0))
+            yield (ph, pw, range(max(h0, 0), min(h0 + kernel[0], height)),
+                   range(max(w0, 0), min(w0 + kernel[1], width)), size)
+
+
+def out_shape(shape, kernel, stride, pad):
+    return (shape[0],) + tuple(pool_out_size(s, k, p, st) for s, k, p, st
+                               in zip(shape[1:], kernel, pad, stride))
+
+
+def args(kernel, stride, pad):
+    return (*kernel, *stride, *pad)
+
+
+@pytest.mark.parametrize("shape, kernel, stride, pad", CASES)
+def test_ave_sums_in_caffe_order(shape, kernel, stride, pad):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype(np.float32)
+    top = np.empty(out_shape(shape, kernel, stride, pad), np.float32)
+    kernels.ave_pool_forward(x, top, *args(kernel, stride, pad))
+    top_diff = rng.normal(size=top.shape).astype(np.float32)
+    bottom_diff = np.full(shape, np.nan, np.float32)
+    kernels.ave_pool_backward(top_diff, bottom_diff, *args(kernel, stride, pad))
+    want_top = np.empty_like(top)
+    want_diff = np.zeros_like(x)
+    for p in range(shape[0]):
+        for ph, pw, rows, cols, size in windows(shape, kernel, stride, pad):
+            total = np.float32(0)
+            for h in rows:
+                for w in cols:
+                    total += x[p, h, w]
+            want_top[p, ph, pw] = total / np.float32(size)
+            share = top_diff[p, ph, pw] / np.float32(size)
+            for h in rows:
+                for w in cols:
+                    want_diff[p, h, w] += share
+    np.testing.assert_array_equal(top.view(np.int32), want_top.view(np.int32))
+    np.testing.assert_array_equal(bottom_diff.view(np.int32), want_diff.view(np.int32))
+
+
+@pytest.mark.parametrize("mask_dtype", [np.int32, np.float32])
+@pytest.mark.parametrize("shape, kernel, stride, pad", CASES)
+def test_max_routes_in_caffe_order(shape, kernel, stride, pad, mask_dtype):
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 4, size=shape).astype(np.float32)   # many ties: first one wins
+    top = np.empty(out_shape(shape, kernel, stride, pad), np.float32)
+    mask = np.empty(top.shape, mask_dtype)
+    kernels.max_pool_forward(x, top, mask, *args(kernel, stride, pad))
+    top_diff = rng.normal(size=top.shape).astype(np.float32)
+    bottom_diff = np.full(shape, np.nan, np.float32)
+    kernels.max_pool_backward(top_diff, mask, bottom_diff, *args(kernel, stride, pad))
+    want_diff = np.zeros_like(x)
+    for p in range(shape[0]):
+        for ph, pw, rows, cols, _ in windows(shape, kernel, stride, pad):
+            best, index = -FLT_MAX, -1
+            for h in rows:
+                for w in cols:
+                    if x[p, h, w] > best:
+                        best, index = x[p, h, w], h * shape[2] + w
+            assert top[p, ph, pw] == best and mask[p, ph, pw] == index
+            want_diff[p].reshape(-1)[index] += top_diff[p, ph, pw]
+    np.testing.assert_array_equal(bottom_diff.view(np.int32), want_diff.view(np.int32))
+
+
+@pytest.mark.parametrize("mask_dtype", [np.int32, np.float32])
+def test_max_skips_nan_and_a_window_without_a_maximum(mask_dtype):
+    x = np.array([[[np.nan, 1.0, -np.inf, -np.inf], [2.0, np.nan, -np.inf, -np.inf]]],
+                 np.float32)
+    top = np.empty((1, 1, 2), np.float32)
+    mask = np.empty((1, 1, 2), mask_dtype)
+    kernels.max_pool_forward(x, top, mask, 2, 2, 2, 2, 0, 0)
+    np.testing.assert_array_equal(top[0, 0], [2.0, -FLT_MAX])
+    np.testing.assert_array_equal(mask[0, 0], [4, -1])
+    bottom_diff = np.full(x.shape, np.nan, np.float32)
+    kernels.max_pool_backward(np.ones_like(top), mask, bottom_diff, 2, 2, 2, 2, 0, 0)
+    np.testing.assert_array_equal(bottom_diff[0], [[0, 0, 0, 0], [1, 0, 0, 0]])
