@@ -13,7 +13,7 @@ import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
-from pycaffe_cli.errors import CaffeError, layer_error
+from pycaffe_cli.errors import layer_error
 
 _REGISTRY = {}
 _V1_NAMES = {}

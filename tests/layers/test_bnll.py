@@ -3,10 +3,9 @@ Caffe's threshold in backward, in-place use."""
 import numpy as np
 import pytest
 
-from pycaffe_cli.blob import Blob
-from pycaffe_cli.layers.base import create_layer, v1_type_name
+from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layer_helpers import assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 BNLL = 'name: "bnll" type: "BNLL"'
@@ -58,19 +57,7 @@ def test_backward_values_and_threshold():
 def test_in_place_matches_out_of_place():
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    results = []
-    for in_place in (False, True):
-        layer = create_layer(layer_param(BNLL))
-        bottom = blob_of(x)
-        top = bottom if in_place else Blob()
-        layer.setup([bottom], [top])
-        layer.forward([bottom], [top])
-        y = top.data.copy()
-        top.diff[...] = dy
-        layer.backward([top], [True], [bottom])
-        results.append((y, bottom.diff.copy()))
-    np.testing.assert_array_equal(results[0][0], results[1][0])
-    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert_in_place_matches([BNLL], x, dy)
 
 
 def test_v1_name():

@@ -3,11 +3,9 @@ the bounds, inclusive bounds in backward, required params, in-place use."""
 import numpy as np
 import pytest
 
-from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layer_helpers import assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 RANGES = [(-0.5, 0.5), (0.0, 1.0), (-2.0, -1.0), (0.3, 0.3)]
@@ -61,19 +59,7 @@ def test_gradient_passes_at_both_bounds():
 def test_in_place_matches_out_of_place():
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    results = []
-    for in_place in (False, True):
-        layer = create_layer(layer_param(clip(-0.5, 0.5)))
-        bottom = blob_of(x)
-        top = bottom if in_place else Blob()
-        layer.setup([bottom], [top])
-        layer.forward([bottom], [top])
-        y = top.data.copy()
-        top.diff[...] = dy
-        layer.backward([top], [True], [bottom])
-        results.append((y, bottom.diff.copy()))
-    np.testing.assert_array_equal(results[0][0], results[1][0])
-    np.testing.assert_array_equal(results[0][1], results[1][1])
+    results = assert_in_place_matches([clip(-0.5, 0.5)], x, dy)
     assert np.any(results[1][1] == 0)  # clipped inputs get no gradient, in place too
 
 

@@ -3,11 +3,9 @@ gradients, bad bases, unchecked non-positive arguments, in-place use."""
 import numpy as np
 import pytest
 
-from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layer_helpers import assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
 # (base, scale, shift): Caffe's own test settings plus a base below 1 and a negative scale
@@ -72,16 +70,4 @@ def test_bad_base(base):
 def test_in_place_matches_out_of_place():
     rng = np.random.default_rng(2)
     x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
-    results = []
-    for in_place in (False, True):
-        layer = create_layer(layer_param(log_layer(2, 3, 1)))
-        bottom = blob_of(x)
-        top = bottom if in_place else Blob()
-        layer.setup([bottom], [top])
-        layer.forward([bottom], [top])
-        y = top.data.copy()
-        top.diff[...] = dy
-        layer.backward([top], [True], [bottom])
-        results.append((y, bottom.diff.copy()))
-    np.testing.assert_array_equal(results[0][0], results[1][0])
-    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert_in_place_matches([log_layer(2, 3, 1)], x, dy)
