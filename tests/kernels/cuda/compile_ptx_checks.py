@@ -3,10 +3,9 @@
 The simulator runs kernels as Python, so it cannot catch what only the CUDA compiler
 rejects (unsupported constructs, typing; e.g. numba issue #10753, two-argument ``min``).
 This script types each kernel for the argument types the host wrappers pass and compiles
-it for compute capability 8.0. Exit status 3 means no NVVM / libdevice is installed (nothing
-checked);
-it prints ``compiled <kernel>`` per kernel and ``float64 ops in <kernel>`` where float32
-maths was promoted (allowed only where listed in F64_ALLOWED).
+it for compute capability 8.0, printing ``compiled <kernel>`` per kernel and ``float64 ops in
+<kernel>`` where float32 maths was promoted (allowed only where listed in F64_ALLOWED). Exit
+status 3 means no NVVM / libdevice is installed, so nothing was checked.
 """
 import sys
 import types as pytypes
