@@ -3,9 +3,8 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layer_helpers import assert_in_place_matches, set_up
 
 TANH = 'name: "tanh" type: "TanH"'
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -36,18 +35,7 @@ def test_gradient(shape):
 def test_in_place():
     x = np.random.default_rng(2).normal(size=(3, 4))
     dy = np.random.default_rng(3).normal(size=(3, 4))
-    layer, bottom, top = set_up(TANH, [x])
-    layer.forward(bottom, top)
-    top[0].diff[...] = dy
-    layer.backward(top, [True], bottom)
-    blob = blob_of(x)
-    in_place = create_layer(layer_param(TANH))
-    in_place.setup([blob], [blob])
-    in_place.forward([blob], [blob])
-    blob.diff[...] = dy
-    in_place.backward([blob], [True], [blob])
-    np.testing.assert_array_equal(blob.data, top[0].data)
-    np.testing.assert_array_equal(blob.diff, bottom[0].diff)
+    assert_in_place_matches([TANH], x, dy)
 
 
 def test_needs_one_bottom():
