@@ -86,7 +86,10 @@ class Solver:
                  + text_format.MessageToString(self.param))
         self.action_callback = action_callback
         self.requested_early_exit = False
-        self._check_param()
+        try:
+            self._check_param()
+        except CaffeError as error:
+            raise CaffeError(f"{solver_path}: {error}" if solver_path else str(error)) from None
         state_io.check_snapshot_write_permissions(self.param)
         if self.param.random_seed >= 0:
             backend.set_random_seed(self.param.random_seed)

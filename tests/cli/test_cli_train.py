@@ -248,3 +248,12 @@ def test_finetune_copies_into_every_test_net(run_cli, make_solver, tmp_path, mon
                       (train, "b.caffemodel"), (test, "b.caffemodel"), (test, "b.caffemodel")]
     assert [m for m in result.messages if m.startswith("Finetuning from")] == [
         "Finetuning from a.caffemodel", "Finetuning from b.caffemodel"]
+
+
+def test_solver_parameter_errors_name_the_solver_file(run_cli, tmp_path):
+    path = tmp_path / "nonet.prototxt"
+    path.write_text("base_lr: 0.1\n")
+    result = run_cli("train", "-solver", str(path))
+    assert result.code == 1
+    assert f"{path}: SolverParameter must specify a train net" in result.err
+    assert "Traceback" not in result.err
