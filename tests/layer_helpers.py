@@ -76,3 +76,14 @@ def assert_in_place_matches(texts, x, dy):
     np.testing.assert_array_equal(results[0][0], results[1][0])
     np.testing.assert_array_equal(results[0][1], results[1][1])
     return results
+
+
+def uniform_data(shape, seed=0):
+    """float32 values uniform in [-1, 1)."""
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def broadcast(operand, x_ndim, axis):
+    """``operand`` reshaped to line up with an x of ``x_ndim`` axes from ``axis`` on."""
+    return operand.reshape((1,) * axis + operand.shape + (1,) * (x_ndim - axis
+                                                                 - operand.ndim))

@@ -11,24 +11,8 @@ from pycaffe_cli.data.image import resize_linear
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
 from pycaffe_cli.proto import caffe_pb2
+from tests.db_helpers import pixels, read_db
 
-
-def read_db(path):
-    """[(key, Datum)] in key order."""
-    database = db.open_db(str(path))
-    cursor, items = database.cursor(), []
-    while cursor.valid():
-        datum = caffe_pb2.Datum()
-        datum.ParseFromString(cursor.value())
-        items.append((cursor.key().decode(), datum))
-        cursor.next()
-    database.close()
-    return items
-
-
-def pixels(datum):
-    return np.frombuffer(datum.data, np.uint8).reshape(datum.channels, datum.height,
-                                                       datum.width)
 
 
 def png_gray(rgb):

@@ -1,4 +1,6 @@
 """Naive numpy (de)convolution: explicit window sums, for the convolution layer tests."""
+import itertools
+
 import numpy as np
 
 
@@ -55,3 +57,16 @@ def deconvolve(x, weight, bias, pad, stride, dilation, group):
     if bias is not None:
         top += bias.reshape((1, m) + (1,) * axes)
     return top
+
+
+# The 2-d parameter product shared by the Convolution and Deconvolution tests.
+KERNELS = {"k1": ("kernel_size: 1", (1, 1)), "k3": ("kernel_size: 3", (3, 3)),
+           "k3x2": ("kernel_h: 3 kernel_w: 2", (3, 2))}
+CASES_2D = list(itertools.product(KERNELS, [0, 1], [1, 2], [1, 2], [1, 2], [True, False]))
+
+
+def case_params(kernel, pad, stride, dilation, group, bias, num_output):
+    """(convolution_param text, kernel shape) for one CASES_2D entry."""
+    text = (f"{KERNELS[kernel][0]} pad: {pad} stride: {stride} dilation: {dilation} "
+            f"group: {group} num_output: {num_output} bias_term: {str(bias).lower()}")
+    return text, KERNELS[kernel][1]

@@ -6,7 +6,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
 
 SHAPE = (2, 3, 4, 5)
 
@@ -15,14 +15,6 @@ def bias(params=""):
     return f'name: "bias" type: "Bias" bias_param {{ {params} }}'
 
 
-def data(shape, seed=0):
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
-
-
-def broadcast(operand, x_ndim, axis):
-    """``operand`` reshaped to line up with x's axes from ``axis`` on."""
-    return operand.reshape((1,) * axis + operand.shape + (1,) * (x_ndim - axis
-                                                                 - operand.ndim))
 
 
 LEARNABLE = [  # params, expected blob shape, axis the blob starts at
@@ -42,7 +34,7 @@ FILLED = 'filler { type: "uniform" min: -1 max: 1 } '
 @pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
 def test_learnable_forward(params, blob_shape, axis):
     backend.set_random_seed(0)
-    x = data(SHAPE)
+    x = uniform_data(SHAPE)
     layer, bottom, top = set_up(bias(FILLED + params), [x])
     assert layer.blobs[0].shape == blob_shape
     layer.forward(bottom, top)
@@ -51,7 +43,7 @@ def test_learnable_forward(params, blob_shape, axis):
 
 
 def test_default_filler_is_zero():
-    layer, bottom, top = set_up(bias(), [data(SHAPE)])
+    layer, bottom, top = set_up(bias(), [uniform_data(SHAPE)])
     assert np.all(layer.blobs[0].data == 0)
 
 
@@ -67,7 +59,7 @@ BOTTOM_FORM = [  # params, bias shape, axis it lines up with
 
 @pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
 def test_bottom_form_forward(params, bias_shape, axis):
-    x, b = data(SHAPE), data(bias_shape, seed=1)
+    x, b = uniform_data(SHAPE), uniform_data(bias_shape, seed=1)
     layer, bottom, top = set_up(bias(params), [x, b])
     assert layer.blobs == []
     layer.forward(bottom, top)
@@ -77,18 +69,19 @@ def test_bottom_form_forward(params, bias_shape, axis):
 @pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
 def test_learnable_gradient(params, blob_shape, axis):
     backend.set_random_seed(0)
-    layer, bottom, top = set_up(bias(FILLED + params), [data(SHAPE)])
+    layer, bottom, top = set_up(bias(FILLED + params), [uniform_data(SHAPE)])
     check_gradient(layer, bottom, top)
 
 
 @pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
 def test_bottom_form_gradient(params, bias_shape, axis):
-    layer, bottom, top = set_up(bias(params), [data(SHAPE), data(bias_shape, seed=1)])
+    bottoms = [uniform_data(SHAPE), uniform_data(bias_shape, seed=1)]
+    layer, bottom, top = set_up(bias(params), bottoms)
     check_gradient(layer, bottom, top)
 
 
 def test_param_gradient_accumulates_bottom_gradient_overwrites():
-    layer, bottom, top = set_up(bias(), [data((2, 3, 2))])
+    layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2))])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.blobs[0].diff[...] = 10
@@ -96,7 +89,7 @@ def test_param_gradient_accumulates_bottom_gradient_overwrites():
     np.testing.assert_allclose(layer.blobs[0].diff, 14)
     np.testing.assert_allclose(bottom[0].diff, 1)
 
-    layer, bottom, top = set_up(bias(), [data((2, 3, 2)), data((3,))])
+    layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2)), uniform_data((3,))])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     bottom[1].diff[...] = 10
@@ -105,13 +98,13 @@ def test_param_gradient_accumulates_bottom_gradient_overwrites():
 
 
 def test_in_place():
-    x, b = data(SHAPE), data((3,), seed=1)
+    x, b = uniform_data(SHAPE), uniform_data((3,), seed=1)
     layer = create_layer(layer_param(bias()))
     blob, b_blob = blob_of(x), blob_of(b)
     layer.setup([blob, b_blob], [blob])
     layer.forward([blob, b_blob], [blob])
     np.testing.assert_allclose(blob.data, x + b.reshape(1, 3, 1, 1), rtol=1e-6)
-    dy = data(SHAPE, seed=2)
+    dy = uniform_data(SHAPE, seed=2)
     blob.diff[...] = dy
     layer.backward([blob], [True, True], [blob, b_blob])
     np.testing.assert_allclose(blob.diff, dy)
@@ -134,4 +127,4 @@ def test_given_blob_is_used():
 ])
 def test_errors_name_the_layer(params, bottoms, message):
     with pytest.raises(CaffeError, match=f'"bias".*{message}'):
-        set_up(bias(params), [data(shape) for shape in bottoms])
+        set_up(bias(params), [uniform_data(shape) for shape in bottoms])

@@ -1,6 +1,4 @@
 """Convolution: forward against naive window sums, gradients, Caffe's checks, errors."""
-import itertools
-
 import numpy as np
 import pytest
 
@@ -9,7 +7,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
 from tests.layer_helpers import blob_of, layer_param, set_up
-from tests.layers.conv_reference import convolve
+from tests.layers.conv_reference import CASES_2D, case_params, convolve
 
 
 def conv(params, blobs="", name="conv"):
@@ -17,16 +15,6 @@ def conv(params, blobs="", name="conv"):
             f'weight_filler {{ type: "gaussian" std: 1 }} '
             f'bias_filler {{ type: "uniform" min: -1 max: 1 }} {params} }} {blobs}')
 
-
-KERNELS = {"k1": ("kernel_size: 1", (1, 1)), "k3": ("kernel_size: 3", (3, 3)),
-           "k3x2": ("kernel_h: 3 kernel_w: 2", (3, 2))}
-CASES_2D = list(itertools.product(KERNELS, [0, 1], [1, 2], [1, 2], [1, 2], [True, False]))
-
-
-def case_params(kernel, pad, stride, dilation, group, bias):
-    text = (f"{KERNELS[kernel][0]} pad: {pad} stride: {stride} dilation: {dilation} "
-            f"group: {group} num_output: 4 bias_term: {str(bias).lower()}")
-    return text, KERNELS[kernel][1]
 
 
 def run_forward(text, shape, geometry, group, bias, seed=0):
@@ -41,7 +29,7 @@ def run_forward(text, shape, geometry, group, bias, seed=0):
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D)
 def test_forward_2d(kernel, pad, stride, dilation, group, bias):
-    text, k = case_params(kernel, pad, stride, dilation, group, bias)
+    text, k = case_params(kernel, pad, stride, dilation, group, bias, 4)
     layer, bottom, top, expected = run_forward(
         text, (2, 4, 5, 6), ((pad,) * 2, (stride,) * 2, (dilation,) * 2), group, bias)
     assert layer.blobs[0].shape == (4, 4 // group) + k
@@ -52,7 +40,7 @@ def test_forward_2d(kernel, pad, stride, dilation, group, bias):
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D)
 def test_gradient_2d(kernel, pad, stride, dilation, group, bias):
-    text, _ = case_params(kernel, pad, stride, dilation, group, bias)
+    text, _ = case_params(kernel, pad, stride, dilation, group, bias, 4)
     backend.set_random_seed(0)
     x = np.random.default_rng(2).normal(size=(2, 4, 5, 6))
     layer, bottom, top = set_up(conv(text), [x])

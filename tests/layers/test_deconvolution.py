@@ -1,6 +1,4 @@
 """Deconvolution: forward against a naive scatter, the adjoint of Convolution, gradients."""
-import itertools
-
 import numpy as np
 import pytest
 
@@ -8,7 +6,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.layer_helpers import set_up
-from tests.layers.conv_reference import deconvolve
+from tests.layers.conv_reference import CASES_2D, case_params, deconvolve
 
 
 def deconv(params, blobs="", kind="Deconvolution"):
@@ -17,16 +15,6 @@ def deconv(params, blobs="", kind="Deconvolution"):
             f'bias_filler {{ type: "uniform" min: -1 max: 1 }} {params} }} {blobs}')
 
 
-KERNELS = {"k1": ("kernel_size: 1", (1, 1)), "k3": ("kernel_size: 3", (3, 3)),
-           "k3x2": ("kernel_h: 3 kernel_w: 2", (3, 2))}
-CASES_2D = list(itertools.product(KERNELS, [0, 1], [1, 2], [1, 2], [1, 2], [True, False]))
-
-
-def case_params(kernel, pad, stride, dilation, group, bias):
-    text = (f"{KERNELS[kernel][0]} pad: {pad} stride: {stride} dilation: {dilation} "
-            f"group: {group} num_output: 6 bias_term: {str(bias).lower()}")
-    return text, KERNELS[kernel][1]
-
 
 def output_size(size, kernel, pad, stride, dilation):
     return stride * (size - 1) + dilation * (kernel - 1) + 1 - 2 * pad
@@ -34,7 +22,7 @@ def output_size(size, kernel, pad, stride, dilation):
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D)
 def test_forward_2d(kernel, pad, stride, dilation, group, bias):
-    text, k = case_params(kernel, pad, stride, dilation, group, bias)
+    text, k = case_params(kernel, pad, stride, dilation, group, bias, 6)
     backend.set_random_seed(0)
     x = np.random.default_rng(1).normal(size=(2, 4, 3, 4))
     layer, bottom, top = set_up(deconv(text), [x])
@@ -50,7 +38,7 @@ def test_forward_2d(kernel, pad, stride, dilation, group, bias):
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D)
 def test_gradient_2d(kernel, pad, stride, dilation, group, bias):
-    text, _ = case_params(kernel, pad, stride, dilation, group, bias)
+    text, _ = case_params(kernel, pad, stride, dilation, group, bias, 6)
     backend.set_random_seed(0)
     x = np.random.default_rng(2).normal(size=(2, 4, 3, 4))
     layer, bottom, top = set_up(deconv(text), [x])

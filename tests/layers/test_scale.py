@@ -6,7 +6,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
 
 SHAPE = (2, 3, 4, 5)
 FILLERS = ('filler { type: "uniform" min: -1 max: 1 } '
@@ -17,13 +17,6 @@ def scale(params=""):
     return f'name: "scale" type: "Scale" scale_param {{ {params} }}'
 
 
-def data(shape, seed=0):
-    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
-
-
-def broadcast(operand, x_ndim, axis):
-    return operand.reshape((1,) * axis + operand.shape + (1,) * (x_ndim - axis
-                                                                 - operand.ndim))
 
 
 LEARNABLE = [  # params, expected blob shape, axis the blob starts at
@@ -41,7 +34,7 @@ LEARNABLE = [  # params, expected blob shape, axis the blob starts at
 @pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
 def test_learnable_forward(params, blob_shape, axis, bias_term):
     backend.set_random_seed(0)
-    x = data(SHAPE)
+    x = uniform_data(SHAPE)
     extra = " bias_term: true" if bias_term else ""
     layer, bottom, top = set_up(scale(FILLERS + params + extra), [x])
     assert [b.shape for b in layer.blobs] == [blob_shape] * (2 if bias_term else 1)
@@ -53,7 +46,7 @@ def test_learnable_forward(params, blob_shape, axis, bias_term):
 
 
 def test_default_fillers_give_identity():
-    x = data(SHAPE)
+    x = uniform_data(SHAPE)
     layer, bottom, top = set_up(scale("bias_term: true"), [x])
     assert np.all(layer.blobs[0].data == 1) and np.all(layer.blobs[1].data == 0)
     layer.forward(bottom, top)
@@ -74,7 +67,7 @@ BOTTOM_FORM = [  # params, scale shape, axis it lines up with
 @pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
 def test_bottom_form_forward(params, scale_shape, axis, bias_term):
     backend.set_random_seed(0)
-    x, s = data(SHAPE), data(scale_shape, seed=1)
+    x, s = uniform_data(SHAPE), uniform_data(scale_shape, seed=1)
     extra = " bias_term: true" if bias_term else ""
     layer, bottom, top = set_up(scale(FILLERS + params + extra), [x, s])
     # Only the bias is learnable, shaped like the scale bottom.
@@ -91,7 +84,7 @@ def test_bottom_form_forward(params, scale_shape, axis, bias_term):
 def test_learnable_gradient(params, blob_shape, axis, bias_term):
     backend.set_random_seed(0)
     extra = " bias_term: true" if bias_term else ""
-    layer, bottom, top = set_up(scale(FILLERS + params + extra), [data(SHAPE)])
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [uniform_data(SHAPE)])
     check_gradient(layer, bottom, top)
 
 
@@ -101,13 +94,13 @@ def test_bottom_form_gradient(params, scale_shape, axis, bias_term):
     backend.set_random_seed(0)
     extra = " bias_term: true" if bias_term else ""
     layer, bottom, top = set_up(scale(FILLERS + params + extra),
-                                [data(SHAPE), data(scale_shape, seed=1)])
+                                [uniform_data(SHAPE), uniform_data(scale_shape, seed=1)])
     check_gradient(layer, bottom, top)
 
 
 def test_param_gradients_accumulate():
     backend.set_random_seed(0)
-    x, dy = data((2, 3, 2)), data((2, 3, 2), seed=3)
+    x, dy = uniform_data((2, 3, 2)), uniform_data((2, 3, 2), seed=3)
     layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), [x])
     layer.forward(bottom, top)
     top[0].diff[...] = dy
@@ -121,7 +114,7 @@ def test_param_gradients_accumulate():
 @pytest.mark.parametrize("params, scale_shape", [("axis: 0", SHAPE), ("axis: 2", ())])
 def test_scale_bottom_gradient_overwrites(params, scale_shape):
     """Elementwise and scalar scale bottoms (Caffe's special cases)."""
-    x, s, dy = data(SHAPE), data(scale_shape, seed=1), data(SHAPE, seed=3)
+    x, s, dy = uniform_data(SHAPE), uniform_data(scale_shape, seed=1), uniform_data(SHAPE, seed=3)
     layer, bottom, top = set_up(scale(params), [x, s])
     layer.forward(bottom, top)
     top[0].diff[...] = dy
@@ -135,7 +128,7 @@ def test_scale_bottom_gradient_overwrites(params, scale_shape):
 @pytest.mark.parametrize("two_bottoms", [False, True])
 def test_in_place_matches_out_of_place(two_bottoms):
     backend.set_random_seed(0)
-    x, s, dy = data(SHAPE), data((3, 4), seed=1), data(SHAPE, seed=2)
+    x, s, dy = uniform_data(SHAPE), uniform_data((3, 4), seed=1), uniform_data(SHAPE, seed=2)
     text = scale(FILLERS + "num_axes: 2 bias_term: true")
     bottoms = [x, s] if two_bottoms else [x]
     layer, bottom, top = set_up(text, bottoms)
@@ -172,7 +165,7 @@ def test_given_blobs_with_bias():
 
 
 def test_bias_skipped_without_param_propagate_down():
-    layer, bottom, top = set_up(scale("bias_term: true"), [data((2, 3))])
+    layer, bottom, top = set_up(scale("bias_term: true"), [uniform_data((2, 3))])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.param_propagate_down = [True, False]
@@ -191,4 +184,4 @@ def test_bias_skipped_without_param_propagate_down():
 ])
 def test_errors_name_the_layer(params, bottoms, message):
     with pytest.raises(CaffeError, match=f'"scale".*{message}'):
-        set_up(scale(params), [data(shape) for shape in bottoms])
+        set_up(scale(params), [uniform_data(shape) for shape in bottoms])

@@ -6,11 +6,10 @@ import pathlib
 import numpy as np
 import pytest
 
-from pycaffe_cli.data import db
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
 from pycaffe_cli.log import LOG
-from pycaffe_cli.proto import caffe_pb2
+from tests.db_helpers import pixels, read_db
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
 
@@ -35,23 +34,6 @@ def keep_log_handlers():
     LOG.handlers[:], LOG.propagate = saved[0], saved[1]
     LOG.setLevel(saved[2])
 
-
-def read_db(path):
-    """[(key, Datum)] in key order."""
-    database = db.open_db(str(path))
-    cursor, items = database.cursor(), []
-    while cursor.valid():
-        datum = caffe_pb2.Datum()
-        datum.ParseFromString(cursor.value())
-        items.append((cursor.key().decode(), datum))
-        cursor.next()
-    database.close()
-    return items
-
-
-def pixels(datum):
-    return np.frombuffer(datum.data, np.uint8).reshape(datum.channels, datum.height,
-                                                       datum.width)
 
 
 def idx_bytes(magic, array):
