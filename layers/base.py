@@ -135,14 +135,14 @@ class Layer:
     def forward(self, bottom, top):
         """Reshape, compute the tops, and return this layer's weighted loss."""
         self.reshape(bottom, top)
-        if backend.mode() is backend.Mode.GPU:
+        if self._use_gpu("forward"):
             self.forward_gpu(bottom, top)
         else:
             self.forward_cpu(bottom, top)
         return self._weighted_loss(top)
 
     def backward(self, top, propagate_down, bottom):
-        if backend.mode() is backend.Mode.GPU:
+        if self._use_gpu("backward"):
             self.backward_gpu(top, propagate_down, bottom)
         else:
             self.backward_cpu(top, propagate_down, bottom)
@@ -153,11 +153,23 @@ class Layer:
     def backward_cpu(self, top, propagate_down, bottom):
         """Layers without a backward pass leave this as a no-op, as Caffe's do."""
 
-    def forward_gpu(self, bottom, top):
-        self.forward_cpu(bottom, top)
+    forward_gpu = None   # a layer with a GPU path defines forward_gpu(bottom, top)
+    backward_gpu = None  # ... and backward_gpu(top, propagate_down, bottom)
 
-    def backward_gpu(self, top, propagate_down, bottom):
-        self.backward_cpu(top, propagate_down, bottom)
+    def _use_gpu(self, direction):
+        """True in GPU mode when the layer has a GPU path for ``direction``; otherwise the
+        CPU path runs (its blob accesses copy what they need to the host), and in GPU mode
+        that is logged once per layer type and direction."""
+        if backend.mode() is not backend.Mode.GPU:
+            return False
+        if getattr(self, f"{direction}_gpu") is not None:
+            return True
+        cpu_method = getattr(type(self), f"{direction}_cpu")
+        if cpu_method is not getattr(Layer, f"{direction}_cpu"):
+            backend.log_once(("cpu-fallback", self.type, direction),
+                             f"{self.type} layers have no GPU {direction} pass; running it on "
+                             f"the CPU (their blobs are copied to the host and back)")
+        return False
 
     # --- loss weights ------------------------------------------------------------------
     def default_loss_weight(self, top_index):
@@ -179,7 +191,8 @@ class Layer:
         loss = 0.0
         for blob, weight in zip(top, self.loss_weights):
             if weight:
-                loss += float(np.dot(blob.flat_data.astype(np.float64), blob.flat_diff))
+                data = blob.read_data().ravel()
+                loss += float(np.dot(data.astype(np.float64), blob.read_diff().ravel()))
         return loss
 
     # --- resumable state -----------------------------------------------------------------

@@ -16,7 +16,7 @@ class Mode(enum.Enum):
     GPU = 1
 
 
-_state = {"mode": Mode.CPU, "device": 0, "rng": np.random.default_rng()}
+_state = {"mode": Mode.CPU, "device": 0, "rng": np.random.default_rng(), "logged": set()}
 
 
 def mode():
@@ -43,11 +43,33 @@ def cuda_available():
 
 
 def set_mode_gpu(device_id=0):
-    """Switch to GPU mode on ``device_id``; a clear error when there is no CUDA device."""
+    """Switch to GPU mode on ``device_id``; a clear error when there is no such CUDA device."""
     if not cuda_available():
         raise CaffeError(f"GPU {device_id} requested but no CUDA device is available; "
                          "run without --gpu (CPU mode)")
-    raise CaffeError("GPU mode is not built yet in this version of pycaffe; run without --gpu")
+    from numba import cuda
+    count = len(cuda.gpus)
+    if not 0 <= device_id < count:
+        raise CaffeError(f"GPU {device_id} requested but this machine has {count} CUDA "
+                         f"device{'s' if count != 1 else ''} (ids 0-{count - 1})")
+    cuda.select_device(device_id)
+    _state["mode"] = Mode.GPU
+    _state["device"] = device_id
+
+
+def synchronize():
+    """Wait for queued GPU work (timers around GPU work need it); a no-op in CPU mode."""
+    if _state["mode"] is Mode.GPU:
+        from numba import cuda
+        cuda.synchronize()
+
+
+def log_once(key, message):
+    """Log a warning the first time ``key`` is seen in this process (fallback notices)."""
+    if key not in _state["logged"]:
+        _state["logged"].add(key)
+        from pycaffe_cli.log import LOG
+        LOG.warning(message)
 
 
 def set_random_seed(seed):

@@ -1,12 +1,24 @@
 """Blob: Caffe's N-d float32 array pair (``data`` and ``diff``).
 
-Storage is a flat buffer that only grows (Caffe's capacity rule), so reshaping to the same or a
-smaller count keeps the memory and anything sharing it. ``data`` and ``diff`` are numpy views of
-the first ``count`` elements in the blob's current shape; layers write into them in place.
+Storage is a flat SyncedMemory (``synced_memory.py``) that only grows (Caffe's capacity rule),
+so reshaping to the same or a smaller count keeps the memory and anything sharing it.
+
+Access, as Caffe's cpu_data / mutable_cpu_data / gpu_data / mutable_gpu_data:
+
+* ``data`` / ``diff``: numpy views (shaped) of the host copy, for reading and writing;
+  the device copy, if any, becomes stale.
+* ``read_data()`` / ``read_diff()``: read-only numpy views; no copy back to the device later.
+* ``gpu_data`` / ``gpu_diff``: FLAT device views (kernels index them flat, as Caffe's
+  pointers), for reading and writing; the host copy becomes stale.
+
+Whole-blob maths (``update``, ``asum_*``, ``sumsq_*``, ``scale_diff``...) runs where the
+freshest copy is, as Caffe's Blob does.
 """
 import numpy as np
 
+from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.synced_memory import SyncedMemory
 
 MAX_BLOB_AXES = 32
 
@@ -21,8 +33,8 @@ class Blob:
     def __init__(self, shape=()):
         self._shape = ()
         self._count = 0
-        self._data_buf = np.zeros(0, np.float32)
-        self._diff_buf = np.zeros(0, np.float32)
+        self._data_mem = SyncedMemory(0)
+        self._diff_mem = SyncedMemory(0)
         self.reshape(shape)
 
     # --- shape -------------------------------------------------------------------------
@@ -34,9 +46,9 @@ class Blob:
         if any(d < 0 for d in shape):
             raise CaffeError(f"blob shape {shape} has a negative dimension")
         count = int(np.prod(shape, dtype=np.int64))
-        if count > self._data_buf.size:
-            self._data_buf = np.zeros(count, np.float32)
-            self._diff_buf = np.zeros(count, np.float32)
+        if count > self._data_mem.size:
+            self._data_mem = SyncedMemory(count)
+            self._diff_mem = SyncedMemory(count)
         self._shape = shape
         self._count = count
 
@@ -98,7 +110,7 @@ class Blob:
     # --- data --------------------------------------------------------------------------
     @property
     def data(self):
-        return self._data_buf[:self._count].reshape(self._shape)
+        return self._data_mem.mutable_host()[:self._count].reshape(self._shape)
 
     @data.setter
     def data(self, value):
@@ -106,7 +118,7 @@ class Blob:
 
     @property
     def diff(self):
-        return self._diff_buf[:self._count].reshape(self._shape)
+        return self._diff_mem.mutable_host()[:self._count].reshape(self._shape)
 
     @diff.setter
     def diff(self, value):
@@ -114,31 +126,79 @@ class Blob:
 
     @property
     def flat_data(self):
-        return self._data_buf[:self._count]
+        return self._data_mem.mutable_host()[:self._count]
 
     @property
     def flat_diff(self):
-        return self._diff_buf[:self._count]
+        return self._diff_mem.mutable_host()[:self._count]
+
+    def read_data(self):
+        """Read-only host view of data (no copy back to the device afterwards)."""
+        return _read_only(self._data_mem.host()[:self._count].reshape(self._shape))
+
+    def read_diff(self):
+        """Read-only host view of diff."""
+        return _read_only(self._diff_mem.host()[:self._count].reshape(self._shape))
+
+    @property
+    def gpu_data(self):
+        """Flat device view of data, for reading and writing."""
+        return self._data_mem.mutable_device()[:self._count]
+
+    @property
+    def gpu_diff(self):
+        """Flat device view of diff, for reading and writing."""
+        return self._diff_mem.mutable_device()[:self._count]
+
+    @property
+    def data_memory(self):
+        """The SyncedMemory behind data (data layers push batches through it)."""
+        return self._data_mem
 
     def share_data(self, other):
         """Use ``other``'s data storage (Caffe's ShareData); the counts must match."""
         if other.count() != self._count:
             raise CaffeError(f"cannot share data of blobs with counts {other.count()} and "
                              f"{self._count}")
-        self._data_buf = other._data_buf
+        self._data_mem = other._data_mem
 
     def share_diff(self, other):
         if other.count() != self._count:
             raise CaffeError(f"cannot share diff of blobs with counts {other.count()} and "
                              f"{self._count}")
-        self._diff_buf = other._diff_buf
+        self._diff_mem = other._diff_mem
 
     def shares_data_with(self, other):
-        return self._data_buf is other._data_buf
+        return self._data_mem is other._data_mem
+
+    def _data_on_device(self):
+        return self._count > 0 and self._data_mem.on_device
+
+    def _diff_on_device(self):
+        return self._count > 0 and self._diff_mem.on_device
 
     def update(self):
-        """Apply the computed step: ``data -= diff``."""
-        np.subtract(self.flat_data, self.flat_diff, out=self.flat_data)
+        """Apply the computed step: ``data -= diff``, where data is freshest (Caffe's
+        Update)."""
+        if self._data_on_device():
+            gpu_math().axpy(self._count, -1.0, self.gpu_diff, self.gpu_data)
+        else:
+            np.subtract(self.flat_data, self.flat_diff, out=self.flat_data)
+
+    def scale_diff(self, factor):
+        """diff *= factor, where diff is freshest."""
+        if self._diff_on_device():
+            gpu_math().scal(self._count, factor, self.gpu_diff)
+        else:
+            self.flat_diff[:] *= np.float32(factor)
+
+    def zero_diff(self):
+        """diff = 0: on the device in GPU mode, else on the host (Net::ClearParamDiffs)."""
+        if backend.mode() is backend.Mode.GPU:
+            from pycaffe_cli.layers.kernels.cuda import memory
+            memory.fill(self.gpu_diff, 0)
+        else:
+            self.flat_diff[:] = 0
 
     def copy_from(self, source, copy_diff=False, reshape=False):
         """Copy source's data (or diff) into this blob, reshaping first if asked."""
@@ -147,31 +207,55 @@ class Blob:
                 raise CaffeError(f"trying to copy blobs of different sizes: "
                                  f"{source.shape_string()} vs {self.shape_string()}")
             self.reshape(source.shape)
-        if copy_diff:
-            self.flat_diff[:] = source.flat_diff
+        if backend.mode() is backend.Mode.GPU and self._count:
+            from pycaffe_cli.layers.kernels.cuda import memory
+            if copy_diff:
+                memory.copy(source.gpu_diff, self.gpu_diff)
+            else:
+                memory.copy(source.gpu_data, self.gpu_data)
+        elif copy_diff:
+            self.flat_diff[:] = source.read_diff().ravel()
         else:
-            self.flat_data[:] = source.flat_data
+            self.flat_data[:] = source.read_data().ravel()
 
     def asum_data(self):
-        return float(np.abs(self.flat_data, dtype=np.float64).sum())
+        if self._data_on_device():
+            return gpu_math().asum(self._count, self.gpu_data_for_reading())
+        return float(np.abs(self.read_data(), dtype=np.float64).sum())
 
     def asum_diff(self):
-        return float(np.abs(self.flat_diff, dtype=np.float64).sum())
+        if self._diff_on_device():
+            return gpu_math().asum(self._count, self.gpu_diff_for_reading())
+        return float(np.abs(self.read_diff(), dtype=np.float64).sum())
 
     def sumsq_data(self):
-        return float(np.dot(self.flat_data.astype(np.float64), self.flat_data))
+        if self._data_on_device():
+            return gpu_math().sumsq(self._count, self.gpu_data_for_reading())
+        flat = self.read_data().ravel()
+        return float(np.dot(flat.astype(np.float64), flat))
 
     def sumsq_diff(self):
-        return float(np.dot(self.flat_diff.astype(np.float64), self.flat_diff))
+        if self._diff_on_device():
+            return gpu_math().sumsq(self._count, self.gpu_diff_for_reading())
+        flat = self.read_diff().ravel()
+        return float(np.dot(flat.astype(np.float64), flat))
+
+    def gpu_data_for_reading(self):
+        """Flat device view of data that leaves the host copy valid (Caffe's gpu_data)."""
+        return self._data_mem.device()[:self._count]
+
+    def gpu_diff_for_reading(self):
+        """Flat device view of diff that leaves the host copy valid (Caffe's gpu_diff)."""
+        return self._diff_mem.device()[:self._count]
 
     # --- protobuf ----------------------------------------------------------------------
     def to_proto(self, proto, write_diff=False):
         """Fill a caffe.BlobProto with shape and data (and diff), as Caffe's ToProto does."""
         proto.Clear()
         proto.shape.dim.extend(self._shape)
-        proto.data.extend(self.flat_data.tolist())
+        proto.data.extend(self.read_data().ravel().tolist())
         if write_diff:
-            proto.diff.extend(self.flat_diff.tolist())
+            proto.diff.extend(self.read_diff().ravel().tolist())
         return proto
 
     def from_proto(self, proto, reshape=True):
@@ -202,6 +286,17 @@ class Blob:
 
     def __repr__(self):
         return f"Blob({self.shape_string()})"
+
+
+def _read_only(view):
+    view.flags.writeable = False
+    return view
+
+
+def gpu_math():
+    """The CUDA math module (imported only when a blob is on the device)."""
+    from pycaffe_cli.layers.kernels.cuda import math
+    return math
 
 
 def proto_has_legacy_shape(proto):

@@ -324,7 +324,7 @@ class Net:
 
     def clear_param_diffs(self):
         for blob in self.learnable_params:
-            blob.flat_diff[:] = 0
+            blob.zero_diff()
 
     # --- lookup --------------------------------------------------------------------------
     def has_blob(self, name):

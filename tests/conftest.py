@@ -1,2 +1,54 @@
-"""Import pycaffe_cli before any test module imports numpy, so its thread settings apply."""
-import pycaffe_cli  # noqa: F401
+"""Test-session set-up.
+
+* numba's CUDA simulator is chosen before numba is first imported (an explicit
+  NUMBA_ENABLE_CUDASIM=0 in the environment runs the GPU tests on a real device instead), so
+  every test parametrized over ``engine`` runs its GPU case here, without a GPU.
+* pycaffe_cli is imported before any test module imports numpy, so its thread settings apply.
+"""
+import os
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import pytest  # noqa: E402
+
+import pycaffe_cli  # noqa: E402,F401
+from pycaffe_cli import backend  # noqa: E402
+
+
+def pytest_configure(config):
+    from numba import config as numba_config
+    if numba_config.ENABLE_CUDASIM:
+        # The simulator runs one Python thread per CUDA thread: two blocks of one warp each
+        # make every grid-stride loop walk many elements and keep the tests quick.
+        from pycaffe_cli.layers.kernels.cuda import launch
+        launch.THREADS_PER_BLOCK = 32
+        launch.MAX_BLOCKS = 2
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def engine(request):
+    """Run the test in CPU mode and in GPU mode (the simulator, or a real device)."""
+    if request.param == "gpu":
+        if not backend.cuda_available():
+            pytest.skip("no CUDA device and the CUDA simulator is off")
+        backend.set_mode_gpu(0)
+    else:
+        backend.set_mode_cpu()
+    yield request.param
+    backend.set_mode_cpu()
+
+
+@pytest.fixture
+def gpu_mode():
+    """GPU mode for the test (simulator or real device), CPU mode again afterwards."""
+    if not backend.cuda_available():
+        pytest.skip("no CUDA device and the CUDA simulator is off")
+    backend.set_mode_gpu(0)
+    yield
+    backend.set_mode_cpu()
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """Behave as on a machine where numba.cuda finds no device (the simulator is on here)."""
+    monkeypatch.setattr(backend, "cuda_available", lambda: False)

@@ -6,7 +6,7 @@ from pycaffe_cli.cli import normalize_argv
 from pycaffe_cli.commands import device_query as device_query_module
 from pycaffe_cli.commands import test as test_module
 
-no_cuda = pytest.mark.skipif(backend.cuda_available(), reason="needs a machine without CUDA")
+no_cuda = pytest.mark.usefixtures("no_cuda")
 
 
 # --- gflags spellings --------------------------------------------------------------------

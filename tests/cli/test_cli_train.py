@@ -143,7 +143,7 @@ def test_weights_file_missing(run_cli, make_solver, tmp_path):
     assert missing in line
 
 
-@pytest.mark.skipif(backend.cuda_available(), reason="needs a machine without CUDA")
+@pytest.mark.usefixtures("no_cuda")
 def test_gpu_flag_without_cuda(run_cli, make_solver):
     result = run_cli("train", "-solver", make_solver(), "-gpu", "0")
     assert result.code == 1
@@ -152,7 +152,7 @@ def test_gpu_flag_without_cuda(run_cli, make_solver):
     assert "Traceback" not in result.err
 
 
-@pytest.mark.skipif(backend.cuda_available(), reason="needs a machine without CUDA")
+@pytest.mark.usefixtures("no_cuda")
 def test_solver_mode_gpu_falls_back_to_cpu(run_cli, make_solver):
     solver = make_solver(**QUICK, solver_mode="GPU", device_id=1)
     result = run_cli("train", "-solver", solver)

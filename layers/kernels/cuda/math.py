@@ -1,0 +1,238 @@
+"""Caffe's GPU math functions (math_functions.cu) over flat float32 device arrays.
+
+GEMMs go to cuBLAS through CuPy when CuPy is installed (``pip install pycaffe[gpu]``) and a
+real device is in use; otherwise to ``_gemm_kernel`` below, one thread per output element,
+which is correct everywhere (the CUDA simulator included) but far from cuBLAS's speed, so
+pycaffe logs once that it is in use. Row-major throughout, as caffe_gpu_gemm:
+
+    C (m x n) = alpha * op(A) (m x k) @ op(B) (k x n) + beta * C
+
+Reductions (dot, asum, sumsq) add in float64: each thread walks a grid-stride loop, each
+block folds its threads' sums in shared memory, and the host adds the per-block partials.
+The launch size is fixed for a given n, so the sums are repeatable run to run.
+"""
+import functools
+
+import numpy as np
+from numba import cuda
+
+from pycaffe_cli import backend
+from pycaffe_cli.layers.kernels.cuda import launch as launching
+from pycaffe_cli.layers.kernels.cuda.launch import launch
+
+
+# --- GEMM ---------------------------------------------------------------------------------
+@cuda.jit
+def _gemm_kernel(n_out, trans_a, trans_b, m, n, k, alpha, a, b, beta, c):
+    for index in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+        i = index // n
+        j = index % n
+        total = np.float32(0)
+        for p in range(k):
+            a_ip = a[p * m + i] if trans_a else a[i * k + p]
+            b_pj = b[j * k + p] if trans_b else b[p * n + j]
+            total += a_ip * b_pj
+        if beta == 0:
+            c[index] = alpha * total
+        else:
+            c[index] = alpha * total + beta * c[index]
+
+
+def cupy_blas():
+    """``cupy`` when it is installed and can run on a real device, else None (the fallback
+    is logged once)."""
+    cupy = _import_cupy()
+    if cupy is None:
+        backend.log_once("no-cupy", "CuPy is not installed (or cannot run here): GEMMs run on "
+                         "pycaffe's own CUDA kernel, much slower than cuBLAS; pip install "
+                         "'pycaffe[gpu]' to use cuBLAS")
+    return cupy
+
+
+@functools.cache
+def _import_cupy():
+    from numba import config
+    if config.ENABLE_CUDASIM:
+        return None
+    try:
+        import cupy
+        import cupy.cublas  # noqa: F401
+    except Exception:  # not installed, or a CUDA/driver mismatch: use the fallback kernel
+        return None
+    return cupy
+
+
+def gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c):
+    """C = alpha op(A) op(B) + beta C on flat row-major device arrays (caffe_gpu_gemm).
+
+    ``a`` holds op(A) transposed when ``trans_a`` (k x m), likewise ``b`` (n x k); ``beta``
+    0 never reads C, as BLAS.
+    """
+    if m == 0 or n == 0:
+        return
+    cupy = cupy_blas()
+    if cupy is None:
+        launch(_gemm_kernel, m * n, bool(trans_a), bool(trans_b), m, n, k, np.float32(alpha),
+               a, b, np.float32(beta), c)
+        return
+    a2 = cupy.asarray(a[:m * k]).reshape((k, m) if trans_a else (m, k))
+    b2 = cupy.asarray(b[:k * n]).reshape((n, k) if trans_b else (k, n))
+    c2 = cupy.asarray(c[:m * n]).reshape(m, n)
+    cupy.cublas.gemm("T" if trans_a else "N", "T" if trans_b else "N", a2, b2, out=c2,
+                     alpha=float(alpha), beta=float(beta))
+
+
+def gemv(trans_a, m, n, alpha, a, x, beta, y):
+    """y = alpha op(A) x + beta y, A row-major m x n (caffe_gpu_gemv)."""
+    if trans_a:
+        gemm(True, False, n, 1, m, alpha, a, x, beta, y)
+    else:
+        gemm(False, False, m, 1, n, alpha, a, x, beta, y)
+
+
+# --- element-wise -------------------------------------------------------------------------
+@cuda.jit
+def _axpby_kernel(n, alpha, x, beta, y):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if beta == 0:
+            y[index] = alpha * x[index]
+        else:
+            y[index] = alpha * x[index] + beta * y[index]
+
+
+@cuda.jit
+def _scal_kernel(n, alpha, x):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        x[index] *= alpha
+
+
+@cuda.jit
+def _add_scalar_kernel(n, alpha, x):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        x[index] += alpha
+
+
+@cuda.jit
+def _binary_kernel(n, op, a, b, y):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if op == 0:
+            y[index] = a[index] + b[index]
+        elif op == 1:
+            y[index] = a[index] - b[index]
+        elif op == 2:
+            y[index] = a[index] * b[index]
+        else:
+            y[index] = a[index] / b[index]
+
+
+@cuda.jit
+def _sign_kernel(n, x, y):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        if value > 0:
+            y[index] = 1
+        elif value < 0:
+            y[index] = -1
+        else:
+            y[index] = 0
+
+
+def axpy(n, alpha, x, y):
+    """y += alpha x (caffe_gpu_axpy)."""
+    axpby(n, alpha, x, 1.0, y)
+
+
+def axpby(n, alpha, x, beta, y):
+    """y = alpha x + beta y; ``beta`` 0 never reads y (caffe_gpu_axpby)."""
+    launch(_axpby_kernel, n, np.float32(alpha), x, np.float32(beta), y)
+
+
+def scal(n, alpha, x):
+    """x *= alpha (caffe_gpu_scal)."""
+    launch(_scal_kernel, n, np.float32(alpha), x)
+
+
+def add_scalar(n, alpha, x):
+    """x += alpha (caffe_gpu_add_scalar)."""
+    launch(_add_scalar_kernel, n, np.float32(alpha), x)
+
+
+def add(n, a, b, y):
+    """y = a + b."""
+    launch(_binary_kernel, n, 0, a, b, y)
+
+
+def sub(n, a, b, y):
+    """y = a - b."""
+    launch(_binary_kernel, n, 1, a, b, y)
+
+
+def mul(n, a, b, y):
+    """y = a * b."""
+    launch(_binary_kernel, n, 2, a, b, y)
+
+
+def div(n, a, b, y):
+    """y = a / b."""
+    launch(_binary_kernel, n, 3, a, b, y)
+
+
+def sign(n, x, y):
+    """y = sign(x) in {-1, 0, 1} (caffe_gpu_sign)."""
+    launch(_sign_kernel, n, x, y)
+
+
+# --- reductions ---------------------------------------------------------------------------
+REDUCE_THREADS = 256  # the shared-memory tree below needs a power of two
+
+
+@cuda.jit
+def _reduce_kernel(n, op, x, y, partials):
+    """op 0: sum x*y; 1: sum |x|; 2: sum x*x. One float64 partial per block."""
+    shared = cuda.shared.array(REDUCE_THREADS, np.float64)
+    tid = cuda.threadIdx.x
+    total = 0.0
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = np.float64(x[index])
+        if op == 0:
+            total += value * np.float64(y[index])
+        elif op == 1:
+            total += abs(value)
+        else:
+            total += value * value
+    shared[tid] = total
+    cuda.syncthreads()
+    step = cuda.blockDim.x // 2
+    while step > 0:
+        if tid < step:
+            shared[tid] += shared[tid + step]
+        cuda.syncthreads()
+        step //= 2
+    if tid == 0:
+        partials[cuda.blockIdx.x] = shared[0]
+
+
+def _reduce(n, op, x, y):
+    if n == 0:
+        return 0.0
+    threads = min(REDUCE_THREADS, launching.THREADS_PER_BLOCK)
+    threads = 1 << (threads.bit_length() - 1)  # a power of two
+    blocks = min((n + threads - 1) // threads, launching.MAX_BLOCKS)
+    partials = cuda.device_array(blocks, np.float64)
+    _reduce_kernel[blocks, threads](n, op, x, y, partials)
+    return float(partials.copy_to_host().sum())
+
+
+def dot(n, x, y):
+    """sum x * y, in float64 (caffe_gpu_dot)."""
+    return _reduce(n, 0, x, y)
+
+
+def asum(n, x):
+    """sum |x|, in float64 (caffe_gpu_asum)."""
+    return _reduce(n, 1, x, x)
+
+
+def sumsq(n, x):
+    """sum x^2, in float64."""
+    return _reduce(n, 2, x, x)

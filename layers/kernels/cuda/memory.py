@@ -1,0 +1,54 @@
+"""Device memory for blobs: allocation, zero fill, pinned host buffers, streams.
+
+Every device array pycaffe makes is a numba.cuda device array (a simulator array under
+NUMBA_ENABLE_CUDASIM=1), flat and float32 unless asked otherwise. CuPy, when installed, only
+ever *views* these arrays (through the CUDA array interface) to hand them to cuBLAS.
+"""
+import numpy as np
+from numba import cuda
+
+from pycaffe_cli.layers.kernels.cuda.launch import launch
+
+
+@cuda.jit
+def _fill_kernel(n, value, out):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        out[index] = value
+
+
+def empty(count, dtype=np.float32):
+    """An uninitialised flat device array of ``count`` elements."""
+    return cuda.device_array(int(count), dtype)
+
+
+def fill(out, value):
+    """Set every element of the flat device array ``out`` to ``value`` (caffe_gpu_set)."""
+    launch(_fill_kernel, out.size, out.dtype.type(value), out)
+
+
+def zeros(count, dtype=np.float32):
+    """A flat device array of ``count`` zeros."""
+    out = empty(count, dtype)
+    fill(out, 0)
+    return out
+
+
+def pinned_empty(count, dtype=np.float32):
+    """A page-locked host array (fast, asynchronous host -> device copies)."""
+    return cuda.pinned_array(int(count), dtype)
+
+
+def stream():
+    """A new CUDA stream (for copies that overlap compute)."""
+    return cuda.stream()
+
+
+def synchronize():
+    """Wait for all work queued on the current device."""
+    cuda.synchronize()
+
+
+def copy(source, destination):
+    """Device -> device copy of equal-sized flat arrays (caffe_copy on the GPU)."""
+    if source.size:
+        destination.copy_to_device(source)

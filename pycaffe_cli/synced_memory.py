@@ -1,0 +1,110 @@
+"""SyncedMemory: one float32 buffer that lives on the host, the device, or both.
+
+Caffe's head states, and what each access does:
+
+=============  ==========================  ==============================================
+head           host access                 device access
+=============  ==========================  ==============================================
+UNINIT         allocate zeros -> AT_CPU    allocate zeros on the device -> AT_GPU
+AT_CPU         nothing                     copy host -> device -> SYNCED
+AT_GPU         copy device -> host         nothing
+               -> SYNCED
+SYNCED         nothing                     nothing
+=============  ==========================  ==============================================
+
+A *mutable* access then moves the head to the side that was asked for (AT_CPU / AT_GPU), so
+the other copy is stale until the next access copies it over. Read-only host access (the loss
+scalar, logging, snapshots) leaves the head SYNCED and costs no copy back.
+
+In CPU mode nothing ever asks for the device copy, so the buffer stays a plain numpy array
+and numba.cuda is never imported.
+"""
+import enum
+
+import numpy as np
+
+
+class Head(enum.Enum):
+    UNINIT = 0
+    AT_CPU = 1
+    AT_GPU = 2
+    SYNCED = 3
+
+
+class SyncedMemory:
+    """``size`` float32 values, copied lazily between host and device.
+
+    Args:
+        size: number of elements (fixed for the object's life; blobs grow by replacing it).
+    """
+
+    def __init__(self, size):
+        self.size = int(size)
+        self.head = Head.UNINIT
+        self._host = None
+        self._device = None
+
+    # --- host --------------------------------------------------------------------------
+    def host(self):
+        """The host array, up to date; head unchanged except UNINIT -> AT_CPU and
+        AT_GPU -> SYNCED."""
+        if self.head is Head.UNINIT:
+            self._host = np.zeros(self.size, np.float32)
+            self.head = Head.AT_CPU
+        elif self.head is Head.AT_GPU:
+            if self._host is None:
+                self._host = np.empty(self.size, np.float32)
+            self._device.copy_to_host(self._host)
+            self.head = Head.SYNCED
+        return self._host
+
+    def mutable_host(self):
+        """The host array, for writing: the device copy (if any) becomes stale."""
+        host = self.host()
+        self.head = Head.AT_CPU
+        return host
+
+    def set_host(self, array):
+        """Adopt ``array`` (float32, 1-d, ``size`` long; pinned memory, say) as the host copy,
+        which becomes the valid one (Caffe's set_cpu_data)."""
+        if array.dtype != np.float32 or array.shape != (self.size,):
+            raise ValueError(f"set_host needs a float32 array of {self.size} values, got "
+                             f"{array.dtype} {array.shape}")
+        self._host = array
+        self.head = Head.AT_CPU
+
+    # --- device ------------------------------------------------------------------------
+    def device(self):
+        """The device array, up to date (allocated and copied on first use)."""
+        from pycaffe_cli.layers.kernels.cuda import memory
+        if self.head is Head.UNINIT:
+            self._device = memory.zeros(self.size)
+            self.head = Head.AT_GPU
+        elif self.head is Head.AT_CPU:
+            if self._device is None:
+                self._device = memory.empty(self.size)
+            self._device.copy_to_device(self._host)
+            self.head = Head.SYNCED
+        return self._device
+
+    def mutable_device(self):
+        """The device array, for writing: the host copy (if any) becomes stale."""
+        device = self.device()
+        self.head = Head.AT_GPU
+        return device
+
+    def async_push(self, stream):
+        """Start copying the host copy to the device on ``stream`` (a data batch prefetched
+        into pinned memory); the caller synchronizes the stream before the device copy is
+        read. Head becomes SYNCED."""
+        from pycaffe_cli.layers.kernels.cuda import memory
+        host = self.host()
+        if self._device is None:
+            self._device = memory.empty(self.size)
+        self._device.copy_to_device(host, stream=stream)
+        self.head = Head.SYNCED
+
+    @property
+    def on_device(self):
+        """True when the freshest copy is (also) on the device."""
+        return self.head in (Head.AT_GPU, Head.SYNCED)
