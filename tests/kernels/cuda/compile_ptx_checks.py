@@ -6,7 +6,16 @@ This script types each kernel for the argument types the host wrappers pass and 
 it for compute capability 8.0, printing ``compiled <kernel>`` per kernel and ``float64 ops in
 <kernel>`` where float32 maths was promoted (allowed only where listed in F64_ALLOWED). Exit
 status 3 means no NVVM / libdevice is installed, so nothing was checked.
+
+The signatures live beside this script in ``ptx_*.py`` modules (one per area), each with a
+``KERNELS`` list of (kernel, [argument type tuples]) and an ``F64_ALLOWED`` set of
+(kernel name, signature number). Every ``cuda.jit`` kernel defined anywhere in pycaffe must
+appear in one of them: ``uncovered <module>.<kernel>`` is printed, and the check fails,
+for any that does not.
 """
+import importlib
+import pathlib
+import pkgutil
 import sys
 import types as pytypes
 
@@ -28,47 +37,52 @@ CC = (8, 0)
 dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
 
 from numba import cuda  # noqa: E402
-from numba import types  # noqa: E402
+from numba.cuda.dispatcher import CUDADispatcher  # noqa: E402
 
-from pycaffe_cli.layers.kernels.cuda import im2col, lrn, pooling  # noqa: E402
 
-i64, f32, boolean = types.int64, types.float32, types.boolean
-flat = types.Array(f32, 1, "C")
-planes = types.Array(f32, 3, "C")
-int_planes = types.Array(types.int32, 3, "C")
-window = (i64,) * 6  # kernel, stride, pad (h, w)
-conv = (i64,) * 12  # num .. dilation_w of im2col_batch
-# a float32 mask compared with an integer index: exact in float64
-F64_ALLOWED = {("_route_backward_kernel", 1)}
+def signature_modules():
+    here = pathlib.Path(__file__).parent
+    sys.path.insert(0, str(here))
+    return [importlib.import_module(path.stem) for path in sorted(here.glob("ptx_*.py"))]
 
-KERNELS = [
-    (im2col._im2col_kernel, [(i64, flat) + conv + (flat, boolean)]),
-    (im2col._col2im_kernel, [(i64, flat) + conv + (flat, boolean)]),
-    (pooling._max_pool_forward_kernel, [(i64, planes, planes, int_planes) + window,
-                                        (i64, planes, planes, planes) + window]),
-    (pooling._route_backward_kernel, [(i64, planes, int_planes, planes) + window,
-                                      (i64, planes, planes, planes) + window]),
-    (pooling._ave_pool_forward_kernel, [(i64, planes, planes) + window]),
-    (pooling._ave_pool_backward_kernel, [(i64, planes, planes) + window]),
-    (pooling._sto_pool_train_kernel, [(i64, planes, planes, planes, int_planes)
-                                      + (i64,) * 4]),
-    (pooling._sto_pool_test_kernel, [(i64, planes, planes, planes) + (i64,) * 4]),
-    (pooling._sto_pool_test_grad_kernel, [(i64,) + (planes,) * 5 + (i64,) * 4]),
-    (lrn._lrn_across_forward_kernel, [(i64, planes, planes, planes, i64, f32, f32, f32)]),
-    (lrn._lrn_across_backward_kernel, [(i64,) + (planes,) * 5 + (i64, f32, f32)]),
-]
+
+def all_kernels():
+    """{id: "module.name"} of every cuda.jit kernel (not device function) in pycaffe."""
+    import pycaffe_cli
+    import pycaffe_cli.layers
+    found = {}
+    for package in (pycaffe_cli, pycaffe_cli.layers):
+        prefix = package.__name__ + "."
+        for info in pkgutil.walk_packages(package.__path__, prefix):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for name, value in vars(module).items():
+                if (isinstance(value, CUDADispatcher) and value.__module__ == module.__name__
+                        and not value.targetoptions.get("device")):
+                    found[id(value)] = f"{module.__name__}.{name}"
+    return found
 
 
 def main():
     failed = False
-    for kernel, signatures in KERNELS:
+    kernels, f64_allowed = [], set()
+    for module in signature_modules():
+        kernels += module.KERNELS
+        f64_allowed |= getattr(module, "F64_ALLOWED", set())
+    for kernel, signatures in kernels:
         name = kernel.py_func.__name__
         for number, signature in enumerate(signatures):
             ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
             if ".f64" in ptx:
                 print(f"float64 ops in {name} (signature {number})")
-                failed |= (name, number) not in F64_ALLOWED
+                failed |= (name, number) not in f64_allowed
         print(f"compiled {name}")
+    covered = {id(kernel) for kernel, _ in kernels}
+    for key, where in all_kernels().items():
+        if key not in covered:
+            print(f"uncovered {where}")
+            failed = True
     sys.exit(1 if failed else 0)
 
 

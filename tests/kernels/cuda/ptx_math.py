@@ -1,0 +1,22 @@
+"""PTX signatures of the CUDA math and memory kernels: see compile_ptx_checks.py."""
+from numba import types
+
+from pycaffe_cli.layers.kernels.cuda import math, memory
+
+i64, i32, f32, f64, boolean = types.int64, types.int32, types.float32, types.float64, types.b1
+flat = types.Array(f32, 1, "C")
+flat_any = types.Array(f32, 1, "A")  # slices of a blob's buffer
+partials = types.Array(f64, 1, "C")
+
+KERNELS = [
+    (memory._fill_kernel, [(i64, f32, flat), (i64, f32, flat_any)]),
+    (math._gemm_kernel, [(i64, boolean, boolean, i64, i64, i64, f32, flat_any, flat_any, f32,
+                          flat_any)]),
+    (math._axpby_kernel, [(i64, f32, flat_any, f32, flat_any)]),
+    (math._scal_kernel, [(i64, f32, flat_any)]),
+    (math._add_scalar_kernel, [(i64, f32, flat_any)]),
+    (math._binary_kernel, [(i64, i64, flat_any, flat_any, flat_any)]),
+    (math._sign_kernel, [(i64, flat_any, flat_any)]),
+    (math._reduce_kernel, [(i64, i64, flat_any, flat_any, partials)]),
+]
+F64_ALLOWED = {("_reduce_kernel", 0)}  # reductions add in float64 on purpose
