@@ -28,7 +28,7 @@ class AdaDeltaSolver(Solver):
     history_per_param = 2
 
     def compute_update_value(self, param_id, rate):
-        adadelta_update(self.net.learnable_params[param_id].flat_diff,
-                        self.history_of(param_id, 0), self.history_of(param_id, 1),
-                        self.local_rate(param_id, rate), np.float32(self.param.momentum),
-                        np.float32(self.param.delta))
+        update = self.update_function(adadelta_update)
+        update(self.diff_of(param_id), self.history_of(param_id, 0), self.history_of(param_id, 1),
+               self.local_rate(param_id, rate), np.float32(self.param.momentum),
+               np.float32(self.param.delta))

@@ -21,5 +21,6 @@ class AdaGradSolver(Solver):
                              f"{param.momentum:g}).")
 
     def compute_update_value(self, param_id, rate):
-        adagrad_update(self.net.learnable_params[param_id].flat_diff, self.history_of(param_id),
-                       self.local_rate(param_id, rate), np.float32(self.param.delta))
+        update = self.update_function(adagrad_update)
+        update(self.diff_of(param_id), self.history_of(param_id), self.local_rate(param_id, rate),
+               np.float32(self.param.delta))

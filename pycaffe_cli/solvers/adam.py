@@ -36,8 +36,7 @@ class AdamSolver(Solver):
     history_per_param = 2
 
     def compute_update_value(self, param_id, rate):
-        adam_update(self.net.learnable_params[param_id].flat_diff,
-                    self.history_of(param_id, 0), self.history_of(param_id, 1),
-                    self.local_rate(param_id, rate), np.float32(self.param.momentum),
-                    np.float32(self.param.momentum2), np.float32(self.param.delta),
-                    self.iter + 1)
+        update = self.update_function(adam_update)
+        update(self.diff_of(param_id), self.history_of(param_id, 0), self.history_of(param_id, 1),
+               self.local_rate(param_id, rate), np.float32(self.param.momentum),
+               np.float32(self.param.momentum2), np.float32(self.param.delta), self.iter + 1)

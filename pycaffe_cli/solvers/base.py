@@ -52,6 +52,12 @@ def solver_class(type_name):
     return _SOLVERS[type_name]
 
 
+def cuda_updates():
+    """The device update rules (imported only in GPU mode)."""
+    from pycaffe_cli.solvers import cuda_updates as module
+    return module
+
+
 def _g(value):
     """C++ ostream formatting of a number (6 significant digits, %g)."""
     return f"{float(value):g}"
@@ -312,13 +318,13 @@ class Solver:
             LOG.info(f"Gradient clipping: scaling down gradients (L2 norm {_g(l2norm)} > "
                      f"{_g(clip)}) by scale factor {_g(scale)}")
             for blob in params:
-                blob.flat_diff[:] *= scale
+                blob.scale_diff(scale)
 
     def normalize(self, param_id):
         """diff *= 1 / iter_size (undo the accumulation over iter_size passes)."""
         if self.param.iter_size == 1:
             return
-        self.net.learnable_params[param_id].flat_diff[:] *= _f32(1) / _f32(self.param.iter_size)
+        self.net.learnable_params[param_id].scale_diff(_f32(1) / _f32(self.param.iter_size))
 
     def regularize(self, param_id):
         """L2: diff += decay * data; L1: diff += decay * sign(data);
@@ -328,12 +334,19 @@ class Solver:
             return
         blob = self.net.learnable_params[param_id]
         kind = self.param.regularization_type
-        if kind == "L2":
-            blob.flat_diff[:] += decay * blob.flat_data
-        elif kind == "L1":
-            blob.flat_diff[:] += decay * np.sign(blob.flat_data)
-        else:
+        if kind not in ("L1", "L2"):
             raise CaffeError(f"Unknown regularization type: {kind} (known types: L1, L2)")
+        if self.on_gpu:
+            from pycaffe_cli.layers.kernels.cuda import math as gpu_math
+            data = blob.gpu_data_for_reading()
+            if kind == "L2":
+                gpu_math.axpy(blob.count(), decay, data, blob.gpu_diff)
+            else:
+                cuda_updates().l1_regularize(decay, data, blob.gpu_diff)
+        elif kind == "L2":
+            blob.flat_diff[:] += decay * blob.read_data().ravel()
+        else:
+            blob.flat_diff[:] += decay * np.sign(blob.read_data().ravel())
 
     def local_rate(self, param_id, rate):
         return _f32(rate) * _f32(self.net.params_lr[param_id])
@@ -342,9 +355,28 @@ class Solver:
         """Turn the param's diff into the step to subtract (the update rule)."""
         raise NotImplementedError
 
+    @property
+    def on_gpu(self):
+        """Whether updates run on the device (Caffe: the mode, as in SGDSolver::Regularize)."""
+        return backend.mode() is backend.Mode.GPU
+
+    def update_function(self, cpu_function):
+        """The update rule to run: ``cpu_function`` in CPU mode, else its device twin (same
+        name and signature in cuda_updates.py)."""
+        if self.on_gpu:
+            return getattr(cuda_updates(), cpu_function.__name__)
+        return cpu_function
+
+    def diff_of(self, param_id):
+        """The flat diff of learnable param ``param_id``, on the device in GPU mode."""
+        blob = self.net.learnable_params[param_id]
+        return blob.gpu_diff if self.on_gpu else blob.flat_diff
+
     def history_of(self, param_id, which=0):
-        """The flat history array ``which`` (0 or 1) of learnable param ``param_id``."""
-        return self.history[which * len(self.net.learnable_params) + param_id].flat_data
+        """The flat history array ``which`` (0 or 1) of learnable param ``param_id``, on the
+        device in GPU mode."""
+        blob = self.history[which * len(self.net.learnable_params) + param_id]
+        return blob.gpu_data if self.on_gpu else blob.flat_data
 
     # --- snapshots -----------------------------------------------------------------------
     def snapshot_filename(self, extension):

@@ -27,6 +27,6 @@ class RMSPropSolver(Solver):
             raise CaffeError(f"rms_decay should lie between 0 and 1 (got {param.rms_decay:g}).")
 
     def compute_update_value(self, param_id, rate):
-        rmsprop_update(self.net.learnable_params[param_id].flat_diff, self.history_of(param_id),
-                       self.local_rate(param_id, rate), np.float32(self.param.rms_decay),
-                       np.float32(self.param.delta))
+        update = self.update_function(rmsprop_update)
+        update(self.diff_of(param_id), self.history_of(param_id), self.local_rate(param_id, rate),
+               np.float32(self.param.rms_decay), np.float32(self.param.delta))

@@ -28,9 +28,9 @@ class SGDSolver(Solver):
     nesterov = False
 
     def compute_update_value(self, param_id, rate):
-        sgd_update(self.net.learnable_params[param_id].flat_diff, self.history_of(param_id),
-                   self.local_rate(param_id, rate), np.float32(self.param.momentum),
-                   self.nesterov)
+        update = self.update_function(sgd_update)
+        update(self.diff_of(param_id), self.history_of(param_id), self.local_rate(param_id, rate),
+               np.float32(self.param.momentum), self.nesterov)
 
 
 @register_solver("Nesterov")

@@ -12,6 +12,10 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.solvers import create_solver
 from tests.solvers.helpers import LogCapture, dot_net, set_input, solver_param, weights
 
+# Every rule runs in CPU mode and in GPU mode (solvers/cuda_updates.py; the test layer
+# itself falls back to the CPU, so each step also exercises the host <-> device syncing).
+pytestmark = pytest.mark.usefixtures("engine")
+
 G = [1.0, -2.0, 0.5]
 W0 = [0.5, 1.0, -1.0]
 
@@ -127,7 +131,8 @@ def test_adam_with_changing_gradient():
     w, b = weights(solver)
     np.testing.assert_allclose(w, np.array(W0) - step1 - step2, rtol=1e-6)
     assert step2 == pytest.approx(0.0965182, rel=1e-6)  # 0.1 * 0.235317 * 0.29 / 0.0707036
-    m, v = solver.history_of(0, 0), solver.history_of(0, 1)
+    params = len(solver.net.learnable_params)   # history: all m blobs, then all v blobs
+    m, v = solver.history[0].read_data(), solver.history[params].read_data()
     np.testing.assert_allclose(m, [0.29] * 3, rtol=1e-6)
     b2 = float(np.float32(0.999))                # momentum2 is a float field
     np.testing.assert_allclose(v, [b2 * (1 - b2) + (1 - b2) * 4] * 3, rtol=1e-6)
