@@ -27,6 +27,7 @@ import numpy as np
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer
+from pycaffe_cli.layers.base_convolution_gpu import ConvolutionGpuGemms
 from pycaffe_cli.layers.kernels.cpu import im2col as kernels
 from pycaffe_cli.layers.kernels.cpu import layout
 from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
@@ -92,7 +93,7 @@ def _drop_leading_ones(shape):
     return shape
 
 
-class BaseConvolutionLayer(Layer):
+class BaseConvolutionLayer(ConvolutionGpuGemms, Layer):
     """Parameters, shapes and the three GEMMs of (de)convolution. Subclasses set
     ``reverse_dimensions`` and ``compute_output_shape`` and write forward/backward."""
 

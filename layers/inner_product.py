@@ -92,3 +92,39 @@ class InnerProductLayer(Layer):
             self.blobs[1].diff.reshape(-1)[...] += dy.sum(axis=0)
         if propagate_down[0]:
             np.matmul(dy, self._weight(), out=bottom[0].diff.reshape(self.m, self.k))
+
+    # --- GPU: the same products as cuBLAS GEMMs (Caffe's inner_product_layer.cu) ----------
+    def forward_gpu(self, bottom, top):
+        from pycaffe_cli.layers.kernels.cuda import layout, math
+        y = top[0].gpu_data
+        math.gemm(False, not self.transpose, self.m, self.num_output, self.k, 1.0,
+                  bottom[0].gpu_data_for_reading(), self.blobs[0].gpu_data_for_reading(), 0.0,
+                  y)
+        if self.bias_term:
+            layout.add_channel_bias(y, self.m, self.num_output, 1,
+                                    self.blobs[1].gpu_data_for_reading())
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        from pycaffe_cli.layers.kernels.cuda import math
+        dy = top[0].gpu_diff_for_reading()
+        m, n, k = self.m, self.num_output, self.k
+        if self.param_propagate_down[0]:
+            x = bottom[0].gpu_data_for_reading()
+            if self.transpose:
+                math.gemm(True, False, k, n, m, 1.0, x, dy, 1.0, self.blobs[0].gpu_diff)
+            else:
+                math.gemm(True, False, n, k, m, 1.0, dy, x, 1.0, self.blobs[0].gpu_diff)
+        if self.bias_term and self.param_propagate_down[1]:
+            math.gemv(True, m, n, 1.0, dy, self._gpu_ones(m), 1.0, self.blobs[1].gpu_diff)
+        if propagate_down[0]:
+            math.gemm(False, self.transpose, m, k, n, 1.0, dy,
+                      self.blobs[0].gpu_data_for_reading(), 0.0, bottom[0].gpu_diff)
+
+    def _gpu_ones(self, size):
+        """A device vector of ``size`` ones (the bias gradient's GEMV), grown on demand."""
+        if not hasattr(self, "_ones"):
+            self._ones = Blob((0,))
+        if self._ones.count() < size:
+            self._ones.reshape((size,))
+            self._ones.data[...] = np.float32(1)
+        return self._ones.gpu_data_for_reading()[:size]

@@ -12,6 +12,11 @@ floor instead of ceil). Per window:
 
 A second top (MAX only) receives the argmax as a float index h * W + w within the plane.
 Padding is for MAX and AVE only; global_pooling makes the window the whole input.
+
+On the GPU the same kernels run from layers/kernels/cuda/pooling.py (same names and
+signatures, gathering backward passes); stochastic TRAIN pooling draws its uniforms with
+``backend.rng()`` on the host, as the CPU path does, and copies them over (so both modes
+sample the same positions under one seed).
 """
 import numpy as np
 
@@ -116,15 +121,70 @@ class PoolingLayer(Layer):
                                            _planes(self._rand), dy, dx,
                                            *self._window(padded=False))
 
+    def forward_gpu(self, bottom, top):
+        from pycaffe_cli.layers.kernels.cuda import pooling as gpu
+        x = _planes(bottom[0].gpu_data_for_reading(), bottom[0].shape)
+        y = _planes(top[0].gpu_data, top[0].shape)
+        if self.method == MAX:
+            mask = _planes(top[1].gpu_data, top[1].shape) if len(top) > 1 else \
+                self._device_buffer("_gpu_mask", top[0].shape, np.int32)
+            gpu.max_pool_forward(x, y, mask, *self._window())
+        elif self.method == AVE:
+            gpu.ave_pool_forward(x, y, *self._window())
+        elif self.phase == caffe_pb2.TRAIN:
+            uniform = np.float32(1.0) - backend.rng().random(y.shape, dtype=np.float32)
+            from numba import cuda
+            gpu.sto_pool_forward_train(x, cuda.to_device(uniform), y,
+                                       self._device_buffer("_gpu_rand", top[0].shape,
+                                                           np.int32),
+                                       *self._window(padded=False))
+        else:
+            gpu.sto_pool_forward_test(x, y, self._device_buffer("_gpu_rand", top[0].shape,
+                                                                np.float32),
+                                      *self._window(padded=False))
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        from pycaffe_cli.layers.kernels.cuda import pooling as gpu
+        dy = _planes(top[0].gpu_diff_for_reading(), top[0].shape)
+        dx = _planes(bottom[0].gpu_diff, bottom[0].shape)
+        if self.method == MAX:
+            mask = _planes(top[1].gpu_data_for_reading(), top[1].shape) if len(top) > 1 \
+                else self._gpu_mask
+            gpu.max_pool_backward(dy, mask, dx, *self._window())
+        elif self.method == AVE:
+            gpu.ave_pool_backward(dy, dx, *self._window())
+        elif self.phase == caffe_pb2.TRAIN:
+            gpu.sto_pool_backward(dy, self._gpu_rand, dx, *self._window(padded=False))
+        else:
+            gpu.sto_pool_backward_test(_planes(bottom[0].gpu_data_for_reading(),
+                                               bottom[0].shape),
+                                       _planes(top[0].gpu_data_for_reading(), top[0].shape),
+                                       self._gpu_rand, dy, dx, *self._window(padded=False))
+
+    def _device_buffer(self, name, shape, dtype):
+        """A device array of ``shape`` planes kept on the layer as ``name`` (made again only
+        when the shape or type changes)."""
+        num, channels, height, width = shape
+        shape = (num * channels, height, width)
+        current = getattr(self, name, None)
+        if current is None or current.shape != shape or current.dtype != dtype:
+            from numba import cuda
+            current = cuda.device_array(shape, dtype)
+            setattr(self, name, current)
+        return current
+
     def _window(self, padded=True):
         """Kernel arguments: kernel_h, kernel_w, stride_h, stride_w[, pad_h, pad_w]."""
         window = (*self.kernel, *self.stride)
         return window + tuple(self.pad) if padded else window
 
 
-def _planes(array):
-    """(N, C, H, W) -> (N*C, H, W) view."""
-    num, channels, height, width = array.shape
+def _planes(array, shape=None):
+    """(N, C, H, W) -> (N*C, H, W) view; ``shape`` gives (N, C, H, W) for a flat (device)
+    array."""
+    num, channels, height, width = array.shape if shape is None else shape
     return array.reshape(num * channels, height, width)
 
 

@@ -14,7 +14,9 @@ from pycaffe_cli.synced_memory import Head
 from tests.layer_helpers import blob_of, layer_param
 
 
-def _run(text, bottoms, num_tops, top_diffs, propagate_down, phase, params, gpu):
+def _run(text, bottoms, num_tops, top_diffs, propagate_down, phase, params, gpu, seed=None):
+    if seed is not None:
+        backend.set_random_seed(seed)
     layer = create_layer(layer_param(text, phase))
     bottom = [blob_of(b) for b in bottoms]
     top = [Blob() for _ in range(num_tops)]
@@ -45,7 +47,8 @@ def _run(text, bottoms, num_tops, top_diffs, propagate_down, phase, params, gpu)
 
 
 def compare_layer_modes(text, bottoms, num_tops=1, top_diffs=None, propagate_down=None,
-                        phase=1, rtol=1e-5, atol=1e-6, params=None, check_device_tops=True):
+                        phase=1, rtol=1e-5, atol=1e-6, params=None, check_device_tops=True,
+                        seed=None):
     """Forward (and backward, when ``top_diffs`` is given) in both modes; assert equal results.
 
     Args:
@@ -56,15 +59,19 @@ def compare_layer_modes(text, bottoms, num_tops=1, top_diffs=None, propagate_dow
         phase: caffe.Phase value (1 = TEST by default: no dropout-like randomness).
         params: values for the layer's learnable blobs (default: the CPU run's fillers').
         check_device_tops: assert the GPU forward wrote its tops on the device.
+        seed: if given, ``backend.set_random_seed(seed)`` before each run (layers whose
+            forward draws from backend.rng() on the host then draw the same numbers).
 
     Returns:
         (cpu outputs, gpu outputs, cpu grads, gpu grads); grads list bottom diffs (None where
         not propagated) then param diffs.
     """
     _, cpu_out, cpu_grads, params, _ = _run(text, bottoms, num_tops, top_diffs,
-                                             propagate_down, phase, params, gpu=False)
+                                             propagate_down, phase, params, gpu=False,
+                                             seed=seed)
     layer, gpu_out, gpu_grads, _, heads = _run(text, bottoms, num_tops, top_diffs,
-                                               propagate_down, phase, params, gpu=True)
+                                               propagate_down, phase, params, gpu=True,
+                                               seed=seed)
     assert layer.forward_gpu is not None, f"{layer.type} has no forward_gpu"
     if check_device_tops:
         for index, head in enumerate(heads):

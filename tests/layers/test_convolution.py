@@ -239,3 +239,54 @@ def test_engine_is_accepted():
                                 [np.ones((1, 3, 5, 5))])
     layer.forward(bottom, top)
     assert top[0].shape == (1, 2, 3, 3)
+
+
+# --- GPU mode (the CUDA simulator in CI) ------------------------------------------------------
+def compare_modes(text, x, seed=5):
+    """CPU vs GPU forward and backward for one convolution_param text; returns the outputs."""
+    from tests.gpu_helpers import compare_layer_modes
+    backend.set_random_seed(0)
+    out = compare_layer_modes(conv(text), [x])[0]
+    dy = np.random.default_rng(seed).normal(size=out[0].shape)
+    backend.set_random_seed(0)
+    return compare_layer_modes(conv(text), [x], top_diffs=[dy], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D[::9])
+def test_gpu_matches_cpu(kernel, pad, stride, dilation, group, bias):
+    text, _ = case_params(kernel, pad, stride, dilation, group, bias, 4)
+    compare_modes(text, np.random.default_rng(3).normal(size=(2, 4, 5, 6)))
+
+
+def test_gpu_large_batches_run_in_blocks(monkeypatch, gpu_mode):
+    import pycaffe_cli.layers.base_convolution as base
+    backend.set_random_seed(0)
+    x = np.random.default_rng(7).normal(size=(5, 2, 5, 5))
+    monkeypatch.setattr(base, "COL_BUFFER_LIMIT", 2 * 18 * 9)   # two images per block
+    layer, bottom, top = set_up(conv("kernel_size: 3 num_output: 3 group: 1"), [x])
+    assert layer.blocks() == [(0, 2), (2, 2), (4, 1)]
+    layer.forward(bottom, top)
+    expected = convolve(x, layer.blobs[0].data, layer.blobs[1].data, (0, 0), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
+    check_gradient(layer, bottom, top)
+
+
+def test_gpu_gradient_with_groups_and_several_bottoms(gpu_mode):
+    backend.set_random_seed(0)
+    rng = np.random.default_rng(4)
+    layer, bottom, top = set_up(conv("kernel_size: 3 pad: 1 stride: 2 group: 2 num_output: 4"),
+                                [rng.normal(size=(2, 4, 5, 5)), rng.normal(size=(2, 4, 5, 5))],
+                                num_tops=2)
+    check_gradient(layer, bottom, top)
+
+
+def test_gpu_nd_convolution_falls_back_to_the_cpu(gpu_mode, caplog, monkeypatch):
+    monkeypatch.setitem(backend._state, "logged", set())
+    backend.set_random_seed(0)
+    x = np.random.default_rng(1).normal(size=(2, 2, 3, 4, 3))
+    layer, bottom, top = set_up(conv("kernel_size: 2 num_output: 2"), [x])
+    layer.forward(bottom, top)
+    expected = convolve(x, layer.blobs[0].data, layer.blobs[1].data, (0,) * 3, (1,) * 3,
+                        (1,) * 3, 1)
+    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
+    assert "have no GPU path; running them on the CPU" in caplog.text

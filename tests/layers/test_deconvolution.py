@@ -128,3 +128,24 @@ def test_weight_shape_is_reversed():
     with pytest.raises(CaffeError, match=r'"deconv".*Incorrect weight shape: expected shape '
                                          r'3 6 3 3'):
         set_up(deconv("kernel_size: 3 num_output: 6", blobs), [np.ones((1, 3, 5, 5))])
+
+
+# --- GPU mode (the CUDA simulator in CI) ------------------------------------------------------
+@pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D[::9])
+def test_gpu_matches_cpu(kernel, pad, stride, dilation, group, bias):
+    from tests.gpu_helpers import compare_layer_modes
+    text, _ = case_params(kernel, pad, stride, dilation, group, bias, 6)
+    x = np.random.default_rng(1).normal(size=(2, 4, 3, 4))
+    backend.set_random_seed(0)
+    out = compare_layer_modes(deconv(text), [x])[0]
+    dy = np.random.default_rng(2).normal(size=out[0].shape)
+    backend.set_random_seed(0)
+    compare_layer_modes(deconv(text), [x], top_diffs=[dy], rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_gradient(gpu_mode):
+    backend.set_random_seed(0)
+    x = np.random.default_rng(3).normal(size=(2, 4, 3, 3))
+    layer, bottom, top = set_up(deconv("kernel_size: 3 stride: 2 pad: 1 group: 2 "
+                                       "num_output: 4"), [x])
+    check_gradient(layer, bottom, top)

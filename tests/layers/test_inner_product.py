@@ -44,7 +44,7 @@ def axis_of(params, ndim):
 
 
 @pytest.mark.parametrize("shape, params", CASES)
-def test_forward(shape, params):
+def test_forward(shape, params, engine):
     backend.set_random_seed(0)
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(inner_product(params), [x])
@@ -65,7 +65,7 @@ def test_forward(shape, params):
 
 
 @pytest.mark.parametrize("shape, params", CASES)
-def test_gradient(shape, params):
+def test_gradient(shape, params, engine):
     backend.set_random_seed(0)
     x = np.random.default_rng(2).normal(size=shape)
     layer, bottom, top = set_up(inner_product(params), [x])
@@ -150,3 +150,14 @@ def test_top_count_checked():
     layer = create_layer(layer_param(inner_product("num_output: 2")))
     with pytest.raises(CaffeError, match='"ip".*exactly 1 top'):
         layer.setup([blob_of(np.ones((2, 3)))], [])
+
+
+@pytest.mark.parametrize("shape, params", CASES)
+def test_gpu_matches_cpu(shape, params):
+    from tests.gpu_helpers import compare_layer_modes
+    x = np.random.default_rng(3).normal(size=shape)
+    backend.set_random_seed(0)
+    out = compare_layer_modes(inner_product(params), [x])[0]
+    dy = np.random.default_rng(4).normal(size=out[0].shape)
+    backend.set_random_seed(0)
+    compare_layer_modes(inner_product(params), [x], top_diffs=[dy], rtol=1e-5, atol=1e-5)

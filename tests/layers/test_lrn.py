@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
 from pycaffe_cli.testing import check_gradient
@@ -23,7 +24,7 @@ def gaussian(shape=(2, 7, 3, 3), seed=1701):
     ("local_size: 3 alpha: 0.0001 beta: 0.75 k: 2", 3, 1e-4, 0.75, 2.0),
     ("local_size: 1 alpha: 3 beta: 0.5", 1, 3.0, 0.5, 1.0),
 ])
-def test_across_channels_forward(params, size, alpha, beta, k):
+def test_across_channels_forward(params, size, alpha, beta, k, engine):
     x = gaussian()
     layer, bottom, top = set_up(lrn(params), [x])
     assert top[0].shape == x.shape
@@ -36,7 +37,7 @@ def test_across_channels_forward(params, size, alpha, beta, k):
     ("local_size: 3", 3, 1.0, 0.75),                            # TestForwardWithinChannel
     ("local_size: 5 alpha: 0.5 beta: 0.6 k: 7", 5, 0.5, 0.6),   # k plays no part
 ])
-def test_within_channel_forward(params, size, alpha, beta):
+def test_within_channel_forward(params, size, alpha, beta, engine):
     x = gaussian((2, 3, 4, 5))
     layer, bottom, top = set_up(lrn(params + " norm_region: WITHIN_CHANNEL"), [x])
     layer.forward(bottom, top)
@@ -99,3 +100,29 @@ def test_in_place_is_an_error():
     blob = blob_of(np.zeros((1, 3, 2, 2)))
     with pytest.raises(CaffeError, match='"norm".*in-place'):
         layer.setup([blob], [blob])
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("params", ["", "local_size: 15", "local_size: 3 k: 2 alpha: 0.5",
+                                    "local_size: 1 alpha: 3 beta: 0.5"])
+def test_gpu_matches_cpu(params):
+    from tests.gpu_helpers import compare_layer_modes
+    x = gaussian((2, 7, 3, 4))
+    dy = gaussian((2, 7, 3, 4), seed=5)
+    compare_layer_modes(lrn(params), [x], top_diffs=[dy])
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(lrn("local_size: 3 alpha: 0.5"), [gaussian((1, 5, 3, 3))])
+    check_gradient(layer, bottom, top)
+
+
+def test_gpu_within_channel_runs_on_the_cpu_and_says_so(gpu_mode, caplog, monkeypatch):
+    monkeypatch.setitem(backend._state, "logged", set())
+    x = gaussian((2, 3, 4, 5))
+    layer, bottom, top = set_up(lrn("local_size: 3 norm_region: WITHIN_CHANNEL"), [x])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].read_data(), reference.lrn_within(x, 3, 1.0, 0.75),
+                               rtol=1e-5, atol=1e-5)
+    assert "WITHIN_CHANNEL have no GPU path; running them on the CPU" in caplog.text
+    check_gradient(layer, bottom, top)

@@ -90,7 +90,7 @@ def window(layer):
 
 @pytest.mark.parametrize("params", GEOMETRIES)
 @pytest.mark.parametrize("num_tops", [1, 2])
-def test_max_matches_reference_and_gradient(params, num_tops):
+def test_max_matches_reference_and_gradient(params, num_tops, engine):
     x = no_ties(np.random.default_rng(0), (2, 3, 6, 5))
     layer, bottom, top = set_up(pooling(params), [x], num_tops=num_tops)
     layer.forward(bottom, top)
@@ -109,7 +109,7 @@ def test_max_matches_reference_and_gradient(params, num_tops):
 
 
 @pytest.mark.parametrize("params", GEOMETRIES)
-def test_ave_matches_reference_and_gradient(params):
+def test_ave_matches_reference_and_gradient(params, engine):
     x = np.random.default_rng(2).normal(size=(2, 3, 6, 5))
     layer, bottom, top = set_up(pooling(params + " pool: AVE"), [x])
     layer.forward(bottom, top)
@@ -121,14 +121,14 @@ def test_ave_matches_reference_and_gradient(params):
 
 @pytest.mark.parametrize("params", ["kernel_h: 3 kernel_w: 4 stride: 2 pad: 1",
                                     "kernel_h: 4 kernel_w: 3 stride: 2 pad: 2 pool: AVE"])
-def test_caffe_gradient_cases_exhaustive(params):
+def test_caffe_gradient_cases_exhaustive(params, engine):
     # test_pooling_layer.cpp TestGradientMax / TestGradientAvePadded (on 2x3x6x5 there).
     x = no_ties(np.random.default_rng(3), (1, 2, 6, 5))
     layer, bottom, top = set_up(pooling(params), [x])
     check_gradient(layer, bottom, top, stepsize=1e-3, mode="exhaustive")
 
 
-def test_global_pooling_follows_the_input_size():
+def test_global_pooling_follows_the_input_size(engine):
     layer, bottom, top = set_up(pooling("global_pooling: true"), [np.zeros((1, 2, 4, 3))])
     x = no_ties(np.random.default_rng(4), (2, 2, 5, 7))
     bigger = Blob(x.shape)
@@ -143,7 +143,7 @@ def stochastic(phase, params="kernel_size: 3 stride: 2"):
     return set_up(pooling(params + " pool: STOCHASTIC"), [x], phase=phase)
 
 
-def test_stochastic_test_phase_is_the_weighted_average():
+def test_stochastic_test_phase_is_the_weighted_average(engine):
     layer, bottom, top = stochastic(caffe_pb2.TEST)
     layer.forward(bottom, top)
     want = reference.sto_pool_test(bottom[0].data.reshape(6, 7, 6), top[0].shape[2:], (3, 3),
@@ -152,7 +152,7 @@ def test_stochastic_test_phase_is_the_weighted_average():
     check_gradient(layer, bottom, top, stepsize=1e-3)
 
 
-def test_stochastic_train_draws_from_backend_rng_and_routes_back():
+def test_stochastic_train_draws_from_backend_rng_and_routes_back(engine):
     layer, bottom, top = stochastic(caffe_pb2.TRAIN)
     backend.set_random_seed(11)
     layer.forward(bottom, top)
@@ -173,7 +173,7 @@ def test_stochastic_train_draws_from_backend_rng_and_routes_back():
     check_gradient(layer, bottom, top, stepsize=1e-4)
 
 
-def test_backward_respects_propagate_down():
+def test_backward_respects_propagate_down(engine):
     layer, bottom, top = set_up(pooling("kernel_size: 2"), [np.ones((1, 1, 4, 4))])
     layer.forward(bottom, top)
     bottom[0].diff[...] = 7
@@ -208,3 +208,22 @@ def test_in_place_is_an_error():
     blob = blob_of(np.zeros((1, 1, 2, 2)))
     with pytest.raises(CaffeError, match='"pool".*in-place'):
         layer.setup([blob], [blob])
+
+
+# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
+@pytest.mark.parametrize("params, num_tops, phase", [
+    ("kernel_size: 3 stride: 2 pad: 1", 1, caffe_pb2.TEST),
+    ("kernel_size: 3 stride: 2 pad: 1", 2, caffe_pb2.TEST),
+    ("kernel_h: 2 kernel_w: 3 stride_h: 1 stride_w: 2 pool: AVE pad: 1", 1, caffe_pb2.TEST),
+    ("kernel_size: 3 stride: 2 pool: STOCHASTIC", 1, caffe_pb2.TEST),
+    ("kernel_size: 3 stride: 2 pool: STOCHASTIC", 1, caffe_pb2.TRAIN),
+    ("global_pooling: true", 1, caffe_pb2.TEST),
+])
+def test_gpu_matches_cpu(params, num_tops, phase):
+    from tests.gpu_helpers import compare_layer_modes
+    x = no_ties(np.random.default_rng(6), (2, 3, 7, 6), low=0.1, high=1.0)
+    out = compare_layer_modes(pooling(params), [x], num_tops, phase=phase, seed=3)[0]
+    dy = [np.random.default_rng(7).normal(size=o.shape) for o in out]
+    # seed: in stochastic TRAIN both modes draw the same uniforms
+    compare_layer_modes(pooling(params), [x], num_tops, top_diffs=dy[:1] + [0] * (num_tops - 1),
+                        phase=phase, seed=3)
