@@ -10,6 +10,11 @@ and optionally label.
 Exact resume: ``get_state`` is the reader's position after the last batch *handed to
 forward*, never after the batches still waiting in the queue; ``set_state`` stops the thread,
 moves the reader there and starts it again. Caffe itself restarts data layers from the start.
+
+GPU mode: the prefetch thread also stages each finished batch in pinned (page-locked) host
+memory and copies it to device arrays of its own on a stream of its own, so ``forward``
+only makes a device-to-device copy into the tops and the upload overlaps the net's work
+(Caffe's async_gpu_push).
 """
 import weakref
 
@@ -38,7 +43,7 @@ class BasePrefetchingDataLayer(Layer):
         reader, data_shape = self.data_layer_setup(top)
         self._shapes = (tuple(data_shape), (data_shape[0],))
         self._position = reader.position()
-        self._prefetcher = Prefetcher(reader, depth, self.name)
+        self._prefetcher = Prefetcher(reader, depth, self.name, after_load=_push_to_device)
         self._finalizer = weakref.finalize(self, self._prefetcher.stop)
         self._prefetcher.start()
 
@@ -87,6 +92,20 @@ class BasePrefetchingDataLayer(Layer):
         self._position = batch.position
         self._prefetcher.recycle(batch)
 
+    def forward_gpu(self, bottom, top):
+        from pycaffe_cli.layers.kernels.cuda import memory
+        batch = self._prefetcher.next_batch()
+        self._shapes = (batch.data.shape, (batch.data.shape[0],))
+        top[0].reshape(batch.data.shape)
+        if "data" not in batch.device:   # made before GPU mode was switched on
+            _push_to_device(batch)
+        memory.copy(batch.device["data"], top[0].gpu_data)
+        if self.output_labels:
+            top[1].reshape(batch.label.shape)
+            memory.copy(batch.device["label"], top[1].gpu_data)
+        self._position = batch.position
+        self._prefetcher.recycle(batch)
+
     @property
     def prefetcher(self):
         return self._prefetcher
@@ -109,6 +128,29 @@ class BasePrefetchingDataLayer(Layer):
             raise
         self._position = dict(state)
         self._prefetcher.start()
+
+
+def _push_to_device(batch):
+    """In GPU mode, copy ``batch``'s arrays to the device through pinned staging buffers
+    (kept in ``batch.device`` and reused when the batch is recycled); else drop stale ones."""
+    if backend.mode() is not backend.Mode.GPU:
+        batch.device.clear()
+        return
+    from pycaffe_cli.layers.kernels.cuda import memory
+    if "stream" not in batch.device:
+        batch.device["stream"] = memory.stream()
+    stream = batch.device["stream"]
+    for key, host in (("data", batch.data), ("label", batch.label)):
+        if host is None:
+            continue
+        flat = host.reshape(-1)
+        staging = batch.device.get(f"{key}_pinned")
+        if staging is None or staging.size != flat.size:
+            staging = batch.device[f"{key}_pinned"] = memory.pinned_empty(flat.size)
+            batch.device[key] = memory.empty(flat.size)
+        staging[:] = flat
+        batch.device[key].copy_to_device(staging, stream=stream)
+    stream.synchronize()
 
 
 def generator_state(rng):

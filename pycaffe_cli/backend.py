@@ -57,6 +57,13 @@ def set_mode_gpu(device_id=0):
     _state["device"] = device_id
 
 
+def device_name(device_id):
+    """The CUDA device's name, as Caffe logs it ("GPU 0: NVIDIA H100 ...")."""
+    from numba import cuda
+    name = getattr(cuda.gpus[device_id], "name", "CUDA simulator")
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def synchronize():
     """Wait for queued GPU work (timers around GPU work need it); a no-op in CPU mode."""
     if _state["mode"] is Mode.GPU:

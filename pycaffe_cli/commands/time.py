@@ -6,6 +6,7 @@ or Input layers whose blobs keep their contents).
 """
 import time as clock
 
+from pycaffe_cli import backend
 from pycaffe_cli.commands import split_list, subcommand
 from pycaffe_cli.commands.common import require, use_single_device
 from pycaffe_cli.log import LOG
@@ -47,12 +48,14 @@ def _benchmark(net, iterations):
         for i, layer in enumerate(layers):
             start = clock.perf_counter()
             layer.forward(bottoms[i], tops[i])
+            backend.synchronize()   # GPU work is queued: wait for it before reading the clock
             forward_layer[i] += clock.perf_counter() - start
         forward_end = clock.perf_counter()
         forward_total += forward_end - iter_start
         for i in reversed(range(len(layers))):
             start = clock.perf_counter()
             layers[i].backward(tops[i], net.bottom_need_backward[i], bottoms[i])
+            backend.synchronize()
             backward_layer[i] += clock.perf_counter() - start
         backward_total += clock.perf_counter() - forward_end
         LOG.info(f"Iteration: {j + 1} forward-backward time: "

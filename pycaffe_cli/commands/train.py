@@ -78,4 +78,5 @@ def _set_mode(param, gpu_flag):
     if len(gpus) > 1:
         raise CaffeError(f"--gpu {gpu_flag}: training on several GPUs at once is not supported "
                          "in pycaffe; give a single device id")
+    LOG.info(f"GPU {gpus[0]}: {backend.device_name(gpus[0])}")
     param.device_id = gpus[0]

@@ -14,6 +14,10 @@ batches ahead of ``forward``; consumed batches come back through a free list so 
 are reused. The position of the last batch *handed out* is what a snapshot must record:
 batches still in the queue were read but never used, and a resumed run must read them again.
 
+``after_load(batch)``, when given, also runs on the thread for each finished batch: in GPU
+mode the data layers use it to copy the batch to the device there (base_data.py), so the
+upload overlaps the net's work as Caffe's prefetch thread does.
+
 An exception on the thread (a corrupt record, a missing image) is stored and raised by the
 next ``next_batch`` call instead of leaving ``forward`` waiting forever. The thread is a
 daemon and holds no reference to the layer, so dropping the layer (or ``stop``) ends it.
@@ -34,6 +38,7 @@ class Batch:
     data: np.ndarray
     label: np.ndarray = None
     position: dict = field(default_factory=dict)
+    device: dict = field(default_factory=dict)  # device copies and staging buffers (GPU mode)
 
 
 class _Failure:
@@ -48,14 +53,16 @@ class Prefetcher:
         reader: the batch producer (see the module docstring).
         depth: how many finished batches may wait in the queue (Caffe's data_param.prefetch).
         name: a label for the thread (the layer name).
+        after_load: called on the thread with each batch the reader made (see module doc).
     """
 
-    def __init__(self, reader, depth, name="data"):
+    def __init__(self, reader, depth, name="data", after_load=None):
         if depth < 1:
             raise ValueError(f"prefetch depth must be at least 1, got {depth}")
         self.reader = reader
         self.depth = depth
         self.name = name
+        self.after_load = after_load
         self._thread = None
         self._stop = None
         self._full = None
@@ -74,7 +81,8 @@ class Prefetcher:
         self._stop = threading.Event()
         self._full = queue.Queue(self.depth)
         self._thread = threading.Thread(target=_fill, name=f"prefetch-{self.name}", daemon=True,
-                                        args=(self.reader, self._full, self._free, self._stop))
+                                        args=(self.reader, self._full, self._free, self._stop,
+                                              self.after_load))
         self._thread.start()
 
     def stop(self):
@@ -135,7 +143,7 @@ class Prefetcher:
         return self.ready() >= self.depth
 
 
-def _fill(reader, full, free, stop):
+def _fill(reader, full, free, stop, after_load=None):
     """Thread body: produce batches until told to stop or the reader fails."""
     while not stop.is_set():
         try:
@@ -144,6 +152,8 @@ def _fill(reader, full, free, stop):
             recycled = None
         try:
             item = reader.load_batch(recycled)
+            if after_load is not None:
+                after_load(item)
         except BaseException as error:  # handed to the consumer, which re-raises it
             item = _Failure(error)
         while not stop.is_set():

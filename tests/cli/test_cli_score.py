@@ -79,12 +79,13 @@ NUMBER = r"(-?[\d.]+(?:e[-+]\d+)?)"
 
 
 # --- test ----------------------------------------------------------------------------------
-def test_scores_each_batch_and_the_means(run_cli, model, weights):
-    result = run_cli("test", "-model", model, "-weights", weights, "-iterations", "3")
+@pytest.mark.parametrize("device", [[], ["-gpu", "0"]])
+def test_scores_each_batch_and_the_means(run_cli, model, weights, device):
+    result = run_cli("test", "-model", model, "-weights", weights, "-iterations", "3", *device)
     assert result.code == 0, result.err
     messages = result.messages
     want = expected_outputs()
-    assert "Use CPU." in messages
+    assert ("Use GPU with device ID 0" if device else "Use CPU.") in messages
     assert "Running for 3 iterations." in messages
     # outputs come in blob-name order, one line per element per batch
     batch_lines = [m for m in messages if m.startswith("Batch ")]
@@ -202,13 +203,15 @@ def test_prototxt_syntax_error(run_cli, write, command):
     ("TRAIN", ["data", "ip", "loss"]),
     ("TEST", ["data", "label_data_1_split", "ip", "ip_ip_0_split", "loss", "accuracy"]),
 ])
-def test_time_lines(run_cli, model, phase, layers):
-    argv = ["time", "-model", model, "-iterations", "3"]
+@pytest.mark.parametrize("device", [[], ["-gpu", "0"]])
+def test_time_lines(run_cli, model, phase, layers, device):
+    argv = ["time", "-model", model, "-iterations", "3", *device]
     if phase:
         argv += ["-phase", phase]
     result = run_cli(*argv)
     assert result.code == 0, result.err
-    messages = result.messages
+    # GPU mode: DummyData (as in Caffe) has no GPU pass, and says so once
+    messages = [m for m in result.messages if "have no GPU" not in m]
     start = messages.index("Performing Forward")
     assert messages[start + 1].startswith("Initial loss: ")
     benchmark = messages[start + 2:]

@@ -165,6 +165,34 @@ def test_solver_mode_gpu_falls_back_to_cpu(run_cli, make_solver):
     assert backend.mode() is backend.Mode.CPU
 
 
+def _losses(result):
+    return [float(m.rsplit("= ", 1)[1]) for m in result.messages
+            if re.match(r"Iteration \d+ \(.*\), loss = ", m)]
+
+
+@pytest.mark.parametrize("how", [["-gpu", "0"], ["-gpu=0"]])
+def test_gpu_training_matches_cpu_training(run_cli, make_solver, how):
+    solver = make_solver()
+    cpu = run_cli("train", "-solver", solver)
+    gpu = run_cli("train", "-solver", solver, *how)
+    assert cpu.code == 0 and gpu.code == 0, gpu.err
+    assert "Using GPUs 0" in gpu.messages
+    assert any(m.startswith("GPU 0: ") for m in gpu.messages)
+    assert len(_losses(gpu)) == 4
+    assert _losses(gpu) == pytest.approx(_losses(cpu), rel=1e-4)
+    assert backend.mode() is backend.Mode.CPU   # run_cli restores it
+
+
+def test_solver_mode_gpu_is_honoured_and_the_flag_wins(run_cli, make_solver):
+    solver = make_solver(**QUICK, solver_mode="GPU", device_id=0)
+    result = run_cli("train", "-solver", solver)
+    assert result.code == 0, result.err
+    assert "Using GPUs 0" in result.messages
+    flagged = run_cli("train", "-solver", solver, "-gpu", "3")
+    assert flagged.code == 1
+    assert "GPU 3 requested but this machine has 1 CUDA device" in flagged.err
+
+
 # --- signals -------------------------------------------------------------------------------
 @pytest.fixture
 def signal_during(monkeypatch):

@@ -271,3 +271,33 @@ def test_param_errors(db):
         data_layer(source, transform="mean_value: 1 mean_value: 2 mean_value: 3")
     with pytest.raises(CaffeError, match="batch_size must be positive"):
         data_layer(source, batch=0)
+
+
+# --- GPU mode: batches staged in pinned memory and pushed on the prefetch thread --------------
+def test_gpu_batches_arrive_on_the_device(db, gpu_mode):
+    from pycaffe_cli.synced_memory import Head
+    source, pixels = db
+    layer, bottom, top = data_layer(source, batch=3, transform="scale: 0.5")
+    assert layer.prefetcher.wait_until_full()
+    for first in (0, 3, 6):
+        layer.forward(bottom, top)
+        assert top[0].data_memory.head is Head.AT_GPU
+        assert top[1].data_memory.head is Head.AT_GPU
+        want = [pixels[(first + i) % 7] for i in range(3)]
+        np.testing.assert_array_equal(top[0].read_data(), np.stack(want) * np.float32(0.5))
+        np.testing.assert_array_equal(top[1].read_data(),
+                                      [10 + (first + i) % 7 for i in range(3)])
+    layer.close()
+
+
+def test_gpu_mode_switched_on_after_the_thread_filled_its_queue(db):
+    source, pixels = db
+    layer, bottom, top = data_layer(source, batch=2)
+    assert layer.prefetcher.wait_until_full()      # CPU-mode batches, no device copies
+    backend.set_mode_gpu(0)
+    try:
+        layer.forward(bottom, top)
+        np.testing.assert_array_equal(top[0].read_data(), pixels[:2])
+    finally:
+        backend.set_mode_cpu()
+        layer.close()
