@@ -23,6 +23,39 @@ def pytest_configure(config):
         from pycaffe_cli.layers.kernels.cuda import launch
         launch.THREADS_PER_BLOCK = 32
         launch.MAX_BLOCKS = 2
+        _make_simulated_shared_arrays_thread_safe()
+
+
+def _make_simulated_shared_arrays_thread_safe():
+    """numba's simulator gives a block's threads one shared array per source line by looking
+    the line up in a dict and creating the array when missing, without a lock: two threads
+    reaching the line at once can each create their own (uninitialised) array, and the block's
+    reduction then reads garbage (seen as a rare wrong BatchNorm mean). Same lookup, locked."""
+    import sys
+    import threading
+
+    import numpy as np
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    lock = threading.Lock()
+    dynamic = kernelapi.FakeCUDAShared.array
+
+    def array(self, shape, dtype):
+        if shape == 0:
+            return dynamic(self, shape, dtype)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            found = self._allocations.get(key)
+            if found is None:
+                found = self._allocations[key] = np.empty(shape, dtype)
+        return found
+
+    kernelapi.FakeCUDAShared.array = array
 
 
 @pytest.fixture(params=["cpu", "gpu"])
