@@ -4,10 +4,14 @@
     backward:  dx = sign(x) * dy        (sign(0) = 0)
 
 Backward needs the bottom data, so, as in Caffe, the layer refuses in-place computation.
+
+GPU: one kernel per direction, exact as the CPU's (sign(NaN) is NaN there too).
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("AbsVal", v1="ABSVAL")
@@ -24,3 +28,37 @@ class AbsValLayer(NeuronLayer):
     def backward_cpu(self, top, propagate_down, bottom):
         if propagate_down[0]:
             np.multiply(np.sign(bottom[0].data), top[0].diff, out=bottom[0].diff)
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        launch(_absval_forward_kernel, x.size, x, top[0].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            x = bottom[0].gpu_data_for_reading()
+            launch(_absval_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
+                   bottom[0].gpu_diff)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _absval_forward_kernel(n, x, y):
+    """y = |x|."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        y[index] = abs(x[index])
+
+
+@cuda.jit
+def _absval_backward_kernel(n, x, dy, dx):
+    """dx = sign(x) * dy, sign(0) = 0 and sign(NaN) = NaN as numpy's."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        if value > 0:
+            sign = np.float32(1)
+        elif value < 0:
+            sign = np.float32(-1)
+        elif value == 0:
+            sign = np.float32(0)
+        else:
+            sign = value
+        dx[index] = sign * dy[index]

@@ -6,10 +6,16 @@
 Caffe parses ``clip_param { min max }`` with both fields required and does not check
 min <= max (then every output is ``min``). Backward needs the bottom data; Caffe reads the
 (overwritten) top when run in place, while this layer keeps a copy of the input then.
+
+GPU: one kernel per direction (NaN propagates as through numpy's minimum and maximum); in
+place, a device copy of the input.
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Clip")
@@ -26,6 +32,7 @@ class ClipLayer(NeuronLayer):
                              f"{' and '.join(missing)})")
         self.min = np.float32(p.min)
         self.max = np.float32(p.max)
+        self._gpu_input = DeviceCopy()
 
     def forward_cpu(self, bottom, top):
         x = bottom[0].data
@@ -39,3 +46,38 @@ class ClipLayer(NeuronLayer):
         x = self.saved_input if top[0] is bottom[0] else bottom[0].data
         inside = (x >= self.min) & (x <= self.max)
         np.multiply(top[0].diff, inside, out=bottom[0].diff)
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        if top[0] is bottom[0]:
+            x = self._gpu_input.store(x)
+        launch(_clip_forward_kernel, x.size, x, top[0].gpu_data, self.min, self.max)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if top[0] is bottom[0]:
+            x = self._gpu_input.view()
+        else:
+            x = bottom[0].gpu_data_for_reading()
+        launch(_clip_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
+               bottom[0].gpu_diff, self.min, self.max)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _clip_forward_kernel(n, x, y, lo, hi):
+    """y = max(lo, min(x, hi))."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        value = hi if value > hi else value
+        y[index] = lo if value < lo else value
+
+
+@cuda.jit
+def _clip_backward_kernel(n, x, dy, dx, lo, hi):
+    """dx = dy * [lo <= x <= hi]."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        inside = np.float32(1) if value >= lo and value <= hi else np.float32(0)
+        dx[index] = dy[index] * inside

@@ -8,10 +8,18 @@ Backward reads the bottom and the top data. Run in place, Caffe reads the top fo
 same sign only for alpha >= 0), and a following in-place layer overwrites that top too; this
 layer keeps copies of its input and output then, so in-place gradients (in chains of in-place
 layers too) equal the out-of-place ones.
+
+GPU: one kernel per direction, the CPU's float32 arithmetic; in place, device copies of the
+input and the output.
 """
+import math
+
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("ELU")
@@ -22,6 +30,8 @@ class ELULayer(NeuronLayer):
 
     def layer_setup(self, bottom, top):
         self.alpha = np.float32(self.param.elu_param.alpha)
+        self._gpu_input = DeviceCopy()
+        self._gpu_output = DeviceCopy()
 
     def forward_cpu(self, bottom, top):
         x = bottom[0].data
@@ -38,3 +48,43 @@ class ELULayer(NeuronLayer):
         x, y = self.saved if top[0] is bottom[0] else (bottom[0].data, top[0].data)
         slope = np.where(x > 0, np.float32(1), self.alpha + y)
         np.multiply(top[0].diff, slope, out=bottom[0].diff)
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        in_place = top[0] is bottom[0]
+        if in_place:
+            x = self._gpu_input.store(x)
+        y = top[0].gpu_data
+        launch(_elu_forward_kernel, x.size, x, y, self.alpha)
+        if in_place:
+            self._gpu_output.store(y)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if top[0] is bottom[0]:
+            x, y = self._gpu_input.view(), self._gpu_output.view()
+        else:
+            x, y = bottom[0].gpu_data_for_reading(), top[0].gpu_data_for_reading()
+        launch(_elu_backward_kernel, x.size, x, y, top[0].gpu_diff_for_reading(),
+               bottom[0].gpu_diff, self.alpha)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _elu_forward_kernel(n, x, y, alpha):
+    """y = x if x > 0 else alpha * (e^x - 1) (the CPU's sum with its zero term left out)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        if value > 0:
+            y[index] = value
+        else:
+            y[index] = alpha * (math.exp(value) - np.float32(1))
+
+
+@cuda.jit
+def _elu_backward_kernel(n, x, y, dy, dx, alpha):
+    """dx = dy if x > 0 else dy * (alpha + y)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        slope = np.float32(1) if x[index] > 0 else alpha + y[index]
+        dx[index] = dy[index] * slope

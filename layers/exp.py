@@ -8,12 +8,18 @@ With base = -1 (the default) meaning e, Caffe precomputes
 
 Backward reads only the top data; run in place the layer keeps a copy of it, as a following
 in-place layer would overwrite it.
+
+GPU: one kernel per direction, the CPU's float32 arithmetic (multiplying by a scale of 1, which
+the CPU skips, changes nothing); in place, a device copy of the output.
 """
 import math
 
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 E_BASE = -1.0
 
@@ -47,6 +53,7 @@ class ExpLayer(NeuronLayer):
             self.outer_scale = np.float32(math.exp(shift))
         else:
             self.outer_scale = np.float32(float(base) ** float(shift))
+        self._gpu_output = DeviceCopy()
 
     def forward_cpu(self, bottom, top):
         x = bottom[0].data
@@ -68,3 +75,35 @@ class ExpLayer(NeuronLayer):
         np.multiply(y, top[0].diff, out=dx)
         if self.inner_scale != 1:
             dx *= self.inner_scale
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        y = top[0].gpu_data
+        launch(_exp_forward_kernel, x.size, x, y, self.inner_scale, self.outer_scale)
+        if top[0] is bottom[0]:
+            self._gpu_output.store(y)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if top[0] is bottom[0]:
+            y = self._gpu_output.view()
+        else:
+            y = top[0].gpu_data_for_reading()
+        launch(_exp_backward_kernel, y.size, y, top[0].gpu_diff_for_reading(),
+               bottom[0].gpu_diff, self.inner_scale)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _exp_forward_kernel(n, x, y, inner_scale, outer_scale):
+    """y = outer_scale * exp(inner_scale * x) (``x`` may be ``y``)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        y[index] = math.exp(inner_scale * x[index]) * outer_scale
+
+
+@cuda.jit
+def _exp_backward_kernel(n, y, dy, dx, inner_scale):
+    """dx = y * dy * inner_scale."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        dx[index] = y[index] * dy[index] * inner_scale

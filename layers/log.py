@@ -8,11 +8,19 @@ With base = -1 (the default) meaning e, Caffe precomputes ``base_scale = 1 / ln(
 Non-positive ``shift + scale * x`` gives NaN / -inf, unchecked, as in Caffe. Backward needs the
 bottom data; Caffe reads the (overwritten) top when run in place, while this layer keeps a copy
 of the input then, so in-place gradients are the true ones.
+
+GPU: one kernel per direction, the CPU's float32 arithmetic (the steps the CPU skips, scaling by
+1 and shifting by 0, change nothing); in place, a device copy of the input.
 """
+import math
+
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
 from pycaffe_cli.layers.exp import log_of_base
+from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Log")
@@ -32,6 +40,7 @@ class LogLayer(NeuronLayer):
         self.input_scale = np.float32(p.scale)
         self.input_shift = np.float32(p.shift)
         self.backward_num_scale = self.input_scale / log_base
+        self._gpu_input = DeviceCopy()
 
     def _argument(self, x):
         """shift + scale * x in float32, with Caffe's skipped no-op steps."""
@@ -58,3 +67,37 @@ class LogLayer(NeuronLayer):
             if self.backward_num_scale != 1:
                 g *= self.backward_num_scale
             np.multiply(top[0].diff, g, out=bottom[0].diff)
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        if top[0] is bottom[0]:
+            x = self._gpu_input.store(x)
+        launch(_log_forward_kernel, x.size, x, top[0].gpu_data, self.input_scale,
+               self.input_shift, self.base_scale)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if top[0] is bottom[0]:
+            x = self._gpu_input.view()
+        else:
+            x = bottom[0].gpu_data_for_reading()
+        launch(_log_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
+               bottom[0].gpu_diff, self.input_scale, self.input_shift,
+               self.backward_num_scale)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _log_forward_kernel(n, x, y, scale, shift, base_scale):
+    """y = base_scale * ln(shift + scale * x)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        y[index] = math.log(x[index] * scale + shift) * base_scale
+
+
+@cuda.jit
+def _log_backward_kernel(n, x, dy, dx, scale, shift, num_scale):
+    """dx = dy * num_scale / (shift + scale * x)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        g = np.float32(1) / (x[index] * scale + shift)
+        dx[index] = dy[index] * (g * num_scale)

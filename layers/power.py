@@ -14,10 +14,24 @@ So, as in Caffe, the shift-0 and general forms give NaN where the base is 0 (0 /
 non-integer powers of negative bases give NaN. Backward reads the bottom and the top data; Caffe
 reads the (overwritten) top for both when run in place, and a following in-place layer
 overwrites that top too, while this layer keeps copies of its input and output then.
+
+GPU: a fill for the constant cases, else one kernel per direction with the backward's case
+(``GRAD_*``) chosen on the host, the CPU's float32 arithmetic in each; in place, device copies
+of the input and the output.
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
+
+# the backward's cases, as listed in the module doc (diff_scale 0 is a fill instead)
+GRAD_LINEAR = 0   # power 1
+GRAD_SQUARE = 1   # power 2
+GRAD_NO_SHIFT = 2
+GRAD_GENERAL = 3
 
 
 @register("Power", v1="POWER")
@@ -32,6 +46,8 @@ class PowerLayer(NeuronLayer):
         self.scale = np.float32(p.scale)
         self.shift = np.float32(p.shift)
         self.diff_scale = self.power * self.scale
+        self._gpu_input = DeviceCopy()
+        self._gpu_output = DeviceCopy()
 
     def _base(self, x):
         """shift + scale * x in float32, with Caffe's skipped no-op steps (a new array)."""
@@ -40,12 +56,16 @@ class PowerLayer(NeuronLayer):
             t += self.shift
         return t
 
+    def _constant(self):
+        """The output when diff_scale is 0."""
+        with np.errstate(all="ignore"):
+            return np.float32(1) if self.power == 0 else self.shift ** self.power
+
     def forward_cpu(self, bottom, top):
         y = top[0].data
         self.saved = None
         if self.diff_scale == 0:
-            with np.errstate(all="ignore"):
-                y[...] = 1 if self.power == 0 else self.shift ** self.power
+            y[...] = self._constant()
             return
         x = bottom[0].data
         in_place = top[0] is bottom[0]
@@ -89,3 +109,65 @@ class PowerLayer(NeuronLayer):
         if self.diff_scale != 1:
             g *= self.diff_scale
         return g
+
+    def forward_gpu(self, bottom, top):
+        y = top[0].gpu_data
+        if self.diff_scale == 0:
+            memory.fill(y, self._constant())
+            return
+        x = bottom[0].gpu_data_for_reading()
+        keep = top[0] is bottom[0] and self.power != 1
+        if keep:
+            x = self._gpu_input.store(x)
+        launch(_power_forward_kernel, x.size, x, y, self.power, self.scale, self.shift)
+        if keep:
+            self._gpu_output.store(y)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        dx = bottom[0].gpu_diff
+        if self.diff_scale == 0:
+            memory.fill(dx, 0)
+            return
+        if self.power == 1:
+            x = y = top[0].gpu_diff_for_reading()  # not read
+        elif top[0] is bottom[0]:
+            x, y = self._gpu_input.view(), self._gpu_output.view()
+        else:
+            x, y = bottom[0].gpu_data_for_reading(), top[0].gpu_data_for_reading()
+        launch(_power_backward_kernel, dx.size, x, y, top[0].gpu_diff_for_reading(), dx,
+               self._gradient_case(), self.power, self.scale, self.shift, self.diff_scale)
+
+    def _gradient_case(self):
+        if self.power == 1:
+            return GRAD_LINEAR
+        if self.power == 2:
+            return GRAD_SQUARE
+        return GRAD_NO_SHIFT if self.shift == 0 else GRAD_GENERAL
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _power_forward_kernel(n, x, y, power, scale, shift):
+    """y = (shift + scale * x)^power, for diff_scale non-zero (``x`` may be ``y``)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        base = x[index] * scale + shift
+        # ``**`` compiles to powf as math.pow does, but in the CUDA simulator gives NaN for
+        # a negative base (as the device does) where math.pow raises
+        y[index] = base if power == 1 else base ** power
+
+
+@cuda.jit
+def _power_backward_kernel(n, x, y, dy, dx, case, power, scale, shift, diff_scale):
+    """dx = dy * dy/dx in the CPU's ``case`` (see ``GRAD_*``)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if case == GRAD_LINEAR:
+            g = diff_scale
+        elif case == GRAD_SQUARE:
+            g = (diff_scale * scale) * x[index] + diff_scale * shift
+        elif case == GRAD_NO_SHIFT:
+            g = y[index] / x[index] * power
+        else:
+            g = y[index] / (x[index] * scale + shift) * diff_scale
+        dx[index] = dy[index] * g

@@ -9,15 +9,31 @@ when ``channel_shared``, as Caffe stores it):
 
 Backward needs the bottom data, so in place the layer keeps a copy of the input (as Caffe's
 ``bottom_memory_``) and computes the slope gradient before overwriting the shared diff.
+
+GPU: the blob is viewed flat as (N, C, inner), element i in channel (i // inner) % C (always
+0 when channel_shared: C counts as 1). Forward and bottom gradient are element-wise kernels.
+The slope gradient gathers, with no atomics: ``_slope_partials_kernel`` gives each channel
+``parts`` blocks, whose threads add their share of the channel's dy * x * [x <= 0] terms
+(float32 products, as the CPU's) in float64 and fold them in shared memory into one float64
+partial per block; ``_slope_diff_kernel`` then adds each channel's partials, in float64, and
+accumulates the float32 sum into the slope diff. The launch sizes depend only on the shape,
+so the sums repeat run to run; they differ from the CPU's float64 sums only in order.
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda import launch as launching
+from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 DEFAULT_SLOPE = 0.25
+REDUCE_THREADS = 256  # shared-memory size of the block fold; a power of two
+MIN_TERMS_PER_THREAD = 4  # a channel gets more blocks only while each thread has this many
 
 
 @register("PReLU")
@@ -42,6 +58,8 @@ class PReLULayer(NeuronLayer):
                                 f"the bottom {bottom[0].shape_string()} has {channels} "
                                 "channels"))
         self.param_propagate_down = [True] * len(self.blobs)
+        self._gpu_input = DeviceCopy()
+        self._gpu_partials = None
 
     def _fill_slopes(self, p):
         if p.HasField("filler"):
@@ -98,3 +116,106 @@ class PReLULayer(NeuronLayer):
             total = terms.sum(axis=axes, dtype=np.float64)
         diff = self.blobs[0].flat_diff
         diff += np.asarray(total, dtype=np.float32).reshape(-1)
+
+    def _gpu_geometry(self, bottom):
+        """(channels, inner) of the flat (N, C, inner) view; one channel when shared."""
+        if self.channel_shared:
+            return 1, bottom.count(1)
+        return bottom.shape[1], bottom.count(2)
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        if top[0] is bottom[0]:
+            x = self._gpu_input.store(x)
+        channels, inner = self._gpu_geometry(bottom[0])
+        launch(_prelu_forward_kernel, x.size, x, self.blobs[0].gpu_data_for_reading(),
+               top[0].gpu_data, channels, inner)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if top[0] is bottom[0]:
+            x = self._gpu_input.view()
+        else:
+            x = bottom[0].gpu_data_for_reading()
+        dy = top[0].gpu_diff_for_reading()
+        channels, inner = self._gpu_geometry(bottom[0])
+        # the slope gradient first: in place, writing dx overwrites dy
+        if self.param_propagate_down[0] and x.size:
+            self._accumulate_slope_diff_gpu(x, dy, channels, inner)
+        if propagate_down[0]:
+            launch(_prelu_backward_kernel, x.size, x, dy, self.blobs[0].gpu_data_for_reading(),
+                   bottom[0].gpu_diff, channels, inner)
+
+    def _accumulate_slope_diff_gpu(self, x, dy, channels, inner):
+        per_channel = x.size // channels
+        threads = min(REDUCE_THREADS, launching.THREADS_PER_BLOCK)
+        threads = 1 << (threads.bit_length() - 1)  # a power of two
+        parts = min(max(1, per_channel // (threads * MIN_TERMS_PER_THREAD)),
+                    max(1, launching.MAX_BLOCKS // channels))
+        tasks = channels * parts
+        if self._gpu_partials is None or self._gpu_partials.size < tasks:
+            self._gpu_partials = memory.empty(tasks, np.float64)
+        blocks = min(tasks, launching.MAX_BLOCKS)
+        _slope_partials_kernel[blocks, threads](x, dy, self._gpu_partials, channels, inner,
+                                                parts)
+        launch(_slope_diff_kernel, channels, self._gpu_partials, parts,
+               self.blobs[0].gpu_diff)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _prelu_forward_kernel(n, x, slopes, y, channels, inner):
+    """y = x if x > 0 else a_c x (``x`` may be ``y``)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        if value > 0:
+            y[index] = value
+        else:
+            y[index] = slopes[(index // inner) % channels] * value
+
+
+@cuda.jit
+def _prelu_backward_kernel(n, x, dy, slopes, dx, channels, inner):
+    """dx = dy * (a_c if x <= 0 else 1) (``dy`` may be ``dx``)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if x[index] <= 0:
+            dx[index] = dy[index] * slopes[(index // inner) % channels]
+        else:
+            dx[index] = dy[index]
+
+
+@cuda.jit
+def _slope_partials_kernel(x, dy, partials, channels, inner, parts):
+    """partials[c * parts + p] = sum over block p's share of channel c of dy x [x <= 0]."""
+    shared = cuda.shared.array(REDUCE_THREADS, np.float64)
+    tid = cuda.threadIdx.x
+    per_channel = x.size // channels
+    stride = parts * cuda.blockDim.x
+    for task in range(cuda.blockIdx.x, channels * parts, cuda.gridDim.x):
+        c = task // parts
+        total = 0.0
+        for j in range(task % parts * cuda.blockDim.x + tid, per_channel, stride):
+            index = ((j // inner) * channels + c) * inner + j % inner
+            value = x[index]
+            if value <= 0:
+                total += np.float64(dy[index] * value)
+        shared[tid] = total
+        cuda.syncthreads()
+        step = cuda.blockDim.x // 2
+        while step > 0:
+            if tid < step:
+                shared[tid] += shared[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        if tid == 0:
+            partials[task] = shared[0]
+        cuda.syncthreads()  # shared[0] read before the next task's fold writes it
+
+
+@cuda.jit
+def _slope_diff_kernel(n, partials, parts, slope_diff):
+    """slope_diff[c] += sum of channel c's ``parts`` partials (n = channels)."""
+    for c in range(cuda.grid(1), n, cuda.gridsize(1)):
+        total = 0.0
+        for p in range(c * parts, (c + 1) * parts):
+            total += partials[p]
+        slope_diff[c] += np.float32(total)

@@ -6,10 +6,15 @@
 
 Unlike Caffe, force_backward does not force a gradient into the bottom (Caffe would abort), so
 force_backward nets with a Threshold layer run. Forward only, so in-place use is safe.
+
+GPU: one forward kernel; the GPU backward is the CPU one (it touches no data: a no-op, or the
+error above).
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import NeuronLayer, register
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Threshold", v1="THRESHOLD")
@@ -30,3 +35,18 @@ class ThresholdLayer(NeuronLayer):
             raise self.error("Threshold layer has no backward pass (the step function is not "
                              "differentiable); stop gradients reaching it, e.g. with "
                              "propagate_down: false")
+
+    def forward_gpu(self, bottom, top):
+        x = bottom[0].gpu_data_for_reading()
+        launch(_threshold_forward_kernel, x.size, x, top[0].gpu_data, self.threshold)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        self.backward_cpu(top, propagate_down, bottom)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+@cuda.jit
+def _threshold_forward_kernel(n, x, y, threshold):
+    """y = 1 if x > threshold else 0 (``x`` may be ``y``)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        y[index] = np.float32(1) if x[index] > threshold else np.float32(0)

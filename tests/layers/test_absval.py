@@ -1,10 +1,12 @@
-"""AbsVal: forward against numpy, gradients away from the kink, sign(0) = 0, no in-place."""
+"""AbsVal: forward against numpy, gradients away from the kink, sign(0) = 0, no in-place; the
+GPU path against the CPU's, bit for bit."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -53,3 +55,25 @@ def test_in_place_is_refused():
 
 def test_v1_name():
     assert v1_type_name("ABSVAL") == "AbsVal"
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gpu_matches_cpu(shape):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=shape)
+    x.flat[0] = 0.0
+    compare_layer_modes(ABSVAL, [x], top_diffs=[rng.normal(size=shape)], rtol=0, atol=0)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(ABSVAL, [np.random.default_rng(1).normal(size=(2, 3, 4))])
+    check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01)
+
+
+def test_gpu_backward_is_sign_times_top_diff(gpu_mode):
+    layer, bottom, top = set_up(ABSVAL, [np.array([-2.0, 0.0, 3.0])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = [0.5, 7.0, -1.5]
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].read_diff(), [-0.5, 0.0, -1.5])

@@ -1,11 +1,12 @@
 """BNLL (softplus): forward against a float64 reference including large |x|, gradients,
-Caffe's threshold in backward, in-place use."""
+Caffe's threshold in backward, in-place use; the GPU path against the CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import assert_in_place_matches, set_up
+from tests.gpu_helpers import compare_layer_modes
+from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 BNLL = 'name: "bnll" type: "BNLL"'
@@ -62,3 +63,29 @@ def test_in_place_matches_out_of_place():
 
 def test_v1_name():
     assert v1_type_name("BNLL") == "BNLL"
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gpu_matches_cpu(shape):
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=3.0, size=shape)
+    compare_layer_modes(BNLL, [x], top_diffs=[rng.normal(size=shape)])
+
+
+def test_gpu_large_inputs_and_threshold():
+    x = np.array([-200.0, -60.0, -1e-3, 0.0, 1e-3, 49.0, 60.0, 200.0, 1e30])
+    _, gpu, _, grads = compare_layer_modes(BNLL, [x], top_diffs=[np.full(x.shape, 2.0)])
+    assert gpu[0][-1] == np.float32(1e30) and np.all(np.isfinite(grads[0]))
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(BNLL, [np.random.default_rng(1).normal(size=(2, 3, 4))])
+    check_gradient(layer, bottom, top, threshold=1e-3)
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    assert_in_place_matches([BNLL], x, dy)
+    assert_in_place_matches([BNLL, SHIFT_DOWN], x, dy)

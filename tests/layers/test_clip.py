@@ -1,11 +1,13 @@
 """Clip: forward against numpy for several ranges (min > max included), gradients away from
-the bounds, inclusive bounds in backward, required params, in-place use."""
+the bounds, inclusive bounds in backward, required params, in-place use; the GPU path against
+the CPU's, bit for bit."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import assert_in_place_matches, set_up
+from tests.gpu_helpers import compare_layer_modes
+from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 RANGES = [(-0.5, 0.5), (0.0, 1.0), (-2.0, -1.0), (0.3, 0.3)]
@@ -71,3 +73,33 @@ def test_in_place_matches_out_of_place():
 def test_min_and_max_are_required(text, missing):
     with pytest.raises(CaffeError, match=f'"clip".*missing {missing}'):
         set_up(text, [np.ones(3)])
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("lo, hi", RANGES + [(1.0, -1.0)])
+def test_gpu_matches_cpu(lo, hi):
+    x = inputs((2, 3, 4, 5), lo, hi, 4)
+    x.flat[:3] = [lo, hi, np.nan]
+    dy = np.random.default_rng(5).normal(size=x.shape)
+    compare_layer_modes(clip(lo, hi), [x], top_diffs=[dy], rtol=0, atol=0)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(clip(-0.5, 0.5), [inputs((2, 3, 4), -0.5, 0.5, 1)])
+    check_gradient(layer, bottom, top, threshold=1e-3, kink=-0.5, kink_range=0.02)
+
+
+def test_gpu_gradient_passes_at_both_bounds(gpu_mode):
+    layer, bottom, top = set_up(clip(-1, 2), [np.array([-1.5, -1.0, 0.0, 2.0, 2.5])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = [1, 2, 3, 4, 5]
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].read_diff(), [0, 2, 3, 4, 0])
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    results = assert_in_place_matches([clip(-0.5, 0.5)], x, dy)
+    assert np.any(results[1][1] == 0)
+    assert_in_place_matches([clip(-0.5, 0.5), SHIFT_DOWN], x, dy)

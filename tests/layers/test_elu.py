@@ -1,9 +1,11 @@
 """ELU: forward against numpy for several alphas, gradients away from the kink, in-place use
-(exact for any alpha, also where Caffe's in-place backward would misread the sign)."""
+(exact for any alpha, also where Caffe's in-place backward would misread the sign); the GPU
+path against the CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -67,3 +69,27 @@ def test_in_place_followed_by_in_place_layer():
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([elu(0.5), SHIFT_DOWN], x, dy)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (7,)])
+@pytest.mark.parametrize("alpha", ALPHAS + [-0.7])
+def test_gpu_matches_cpu(shape, alpha):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=shape)
+    x.flat[0] = 0.0
+    compare_layer_modes(elu(alpha), [x], top_diffs=[rng.normal(size=shape)])
+
+
+@pytest.mark.parametrize("alpha", [0.5, 2.0])
+def test_gpu_gradient(gpu_mode, alpha):
+    layer, bottom, top = set_up(elu(alpha), [np.random.default_rng(1).normal(size=(2, 3, 4))])
+    check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01)
+
+
+@pytest.mark.parametrize("alpha", [0.5, -0.7])
+def test_gpu_in_place(gpu_mode, alpha):
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    assert_in_place_matches([elu(alpha)], x, dy)
+    assert_in_place_matches([elu(alpha), SHIFT_DOWN], x, dy)

@@ -1,11 +1,12 @@
 """Exp: forward against numpy for Caffe's base/scale/shift settings (base -1 meaning e, with a
-shift as well), gradients, bad bases, in-place use."""
+shift as well), gradients, bad bases, in-place use; the GPU path against the CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -74,4 +75,26 @@ def test_in_place_followed_by_in_place_layer():
     """A later in-place layer overwrites this layer's top data, which backward reads."""
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    assert_in_place_matches([exp_layer(2, -3, 1), SHIFT_DOWN], x, dy)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("base, scale, shift", PARAMS)
+def test_gpu_matches_cpu(base, scale, shift):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 4, 5))
+    compare_layer_modes(exp_layer(base, scale, shift), [x], top_diffs=[rng.normal(size=x.shape)])
+
+
+@pytest.mark.parametrize("base, scale, shift", [(-1, 1, 0), (2, 3, 1), (0.5, -2, 0.3)])
+def test_gpu_gradient(gpu_mode, base, scale, shift):
+    x = np.random.default_rng(1).normal(size=(2, 3, 4))
+    layer, bottom, top = set_up(exp_layer(base, scale, shift), [x])
+    check_gradient(layer, bottom, top, threshold=1e-3)
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    assert_in_place_matches([exp_layer(2, 3, 1)], x, dy)
     assert_in_place_matches([exp_layer(2, -3, 1), SHIFT_DOWN], x, dy)

@@ -1,11 +1,13 @@
 """Log: forward against numpy for Caffe's base/scale/shift settings on positive inputs,
-gradients, bad bases, unchecked non-positive arguments, in-place use."""
+gradients, bad bases, unchecked non-positive arguments, in-place use; the GPU path against the
+CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import assert_in_place_matches, set_up
+from tests.gpu_helpers import compare_layer_modes
+from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
 # (base, scale, shift): Caffe's own test settings plus a base below 1 and a negative scale
@@ -71,3 +73,25 @@ def test_in_place_matches_out_of_place():
     rng = np.random.default_rng(2)
     x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
     assert_in_place_matches([log_layer(2, 3, 1)], x, dy)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("base, scale, shift", PARAMS)
+def test_gpu_matches_cpu(base, scale, shift):
+    x = inputs((2, 3, 4, 5), 5)
+    dy = np.random.default_rng(6).normal(size=x.shape)
+    compare_layer_modes(log_layer(base, scale, shift), [x], top_diffs=[dy])
+
+
+@pytest.mark.parametrize("base, scale, shift", [(-1, 1, 0), (2, 3, 1), (10, -1, 20)])
+def test_gpu_gradient(gpu_mode, base, scale, shift):
+    x = np.maximum(inputs((2, 3, 4), 1), 0.2)
+    layer, bottom, top = set_up(log_layer(base, scale, shift), [x])
+    check_gradient(layer, bottom, top, threshold=1e-2)
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
+    assert_in_place_matches([log_layer(2, 3, 1)], x, dy)
+    assert_in_place_matches([log_layer(2, 3, 1), SHIFT_DOWN], x, dy)

@@ -1,10 +1,12 @@
 """Power: forward against numpy for power 0, 1, 2, 0.37 and 3 with scales and shifts,
-gradients (positive bases where the power needs them), Caffe's special cases, in-place use."""
+gradients (positive bases where the power needs them), Caffe's special cases, in-place use;
+the GPU path against the CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -101,3 +103,41 @@ def test_in_place_followed_by_in_place_layer():
     rng = np.random.default_rng(4)
     x, dy = inputs((3, 4), 0.37, 0.83, -2.4, 5), rng.normal(size=(3, 4))
     assert_in_place_matches([power_layer(0.37, 0.83, -2.4), SHIFT_DOWN], x, dy)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("power", POWERS)
+@pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
+def test_gpu_matches_cpu(power, scale, shift):
+    x = inputs((2, 3, 4, 5), power, scale, shift, 6)
+    dy = np.random.default_rng(7).normal(size=x.shape)
+    compare_layer_modes(power_layer(power, scale, shift), [x], top_diffs=[dy])
+
+
+@pytest.mark.parametrize("power, scale, shift", [(0.37, 0.83, -2.4), (2.0, -0.5, 1.5),
+                                                 (3.0, 0.83, 0.0), (1.0, 0.83, -2.4)])
+def test_gpu_gradient(gpu_mode, power, scale, shift):
+    x = inputs((2, 3, 4), power, scale, shift, 1)
+    layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
+    check_gradient(layer, bottom, top, threshold=1e-2)
+
+
+# 0 / 0: the CUDA simulator computes it with numpy scalars, in its own threads
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_gpu_zero_base_with_zero_shift_gives_nan_gradient_as_caffe(gpu_mode):
+    layer, bottom, top = set_up(power_layer(0.5, 1.0, 0.0), [np.array([0.0, 4.0])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.backward(top, [True], bottom)
+    dx = bottom[0].read_diff()
+    assert np.isnan(dx[0]) and dx[1] == np.float32(0.25)
+
+
+@pytest.mark.parametrize("power, scale, shift", [(0.37, 0.83, 2.4), (2.0, 0.83, -2.4),
+                                                 (3.0, 1.0, 0.0), (1.0, 2.0, 1.0),
+                                                 (0.0, 3.0, 2.0)])
+def test_gpu_in_place(gpu_mode, power, scale, shift):
+    rng = np.random.default_rng(2)
+    x, dy = inputs((3, 4), power, scale, shift, 3), rng.normal(size=(3, 4))
+    assert_in_place_matches([power_layer(power, scale, shift)], x, dy)
+    assert_in_place_matches([power_layer(power, scale, shift), SHIFT_DOWN], x, dy)

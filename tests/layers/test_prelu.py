@@ -1,6 +1,6 @@
 """PReLU: slope blob shapes and default fill, forward against numpy (per channel and shared),
 gradients for data and slopes, slope-gradient accumulation, agreement with ReLU, in-place use,
-and the user errors."""
+and the user errors; the GPU path against the CPU's, its slope-gradient reduction on any grid."""
 import numpy as np
 import pytest
 
@@ -8,7 +8,9 @@ from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.layers.kernels.cuda import launch
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (2, 3), (3, 4, 2)]
@@ -171,3 +173,80 @@ def test_reshape_to_other_channel_count_is_an_error():
     bottom[0].reshape((2, 5, 4))
     with pytest.raises(CaffeError, match='"prelu".*5 channels'):
         layer.forward(bottom, top)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES + [(2, 3, 8, 8)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_gpu_matches_cpu(shape, shared):
+    x = inputs(shape, 9)
+    dy = np.random.default_rng(10).normal(size=shape)
+    compare_layer_modes(prelu(shared, GAUSSIAN), [x], top_diffs=[dy])
+
+
+@pytest.mark.parametrize("max_blocks", [1, 2, 8])
+@pytest.mark.parametrize("shared", [False, True])
+def test_gpu_slope_gradient_on_any_grid(monkeypatch, max_blocks, shared):
+    """Fewer blocks than channel parts (blocks loop over them) and several blocks per channel
+    (partials added by the second kernel) give the CPU's sums."""
+    monkeypatch.setattr(launch, "MAX_BLOCKS", max_blocks)
+    x = inputs((4, 3, 8, 8), 11)
+    dy = np.random.default_rng(12).normal(size=x.shape)
+    compare_layer_modes(prelu(shared, GAUSSIAN), [x], top_diffs=[dy], propagate_down=[False])
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 2, 2), (2, 3)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_gpu_gradient(gpu_mode, shape, shared):
+    layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [inputs(shape, 1)])
+    check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01,
+                   elements=24)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_gpu_slope_diff_accumulates(gpu_mode, shared):
+    x = inputs((2, 3, 4), 2)
+    dy = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
+    layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.blobs[0].diff[...] = 0
+    layer.backward(top, [True], bottom)
+    terms = dy.astype(np.float64) * x * (x <= 0)
+    slope_grad = terms.sum() if shared else terms.sum(axis=(0, 2))
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), slope_grad, rtol=1e-5, atol=1e-6)
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), 2 * slope_grad, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_gpu_no_param_or_bottom_gradient_when_switched_off(gpu_mode):
+    layer, bottom, top = set_up(prelu(), [inputs((2, 3, 4), 4)])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.blobs[0].diff[...] = 7
+    bottom[0].diff[...] = 9
+    layer.param_propagate_down = [False]
+    layer.backward(top, [False], bottom)
+    assert np.all(layer.blobs[0].read_diff() == 7) and np.all(bottom[0].read_diff() == 9)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_gpu_in_place_matches_out_of_place(gpu_mode, shared):
+    x = inputs((2, 3, 4), 7)
+    dy = np.random.default_rng(8).normal(size=x.shape)
+    results = []
+    for in_place in (False, True):
+        backend.set_random_seed(9)
+        layer = create_layer(layer_param(prelu(shared, GAUSSIAN)))
+        bottom = blob_of(x)
+        top = bottom if in_place else Blob()
+        layer.setup([bottom], [top])
+        layer.forward([bottom], [top])
+        y = top.read_data().copy()
+        top.diff[...] = dy
+        layer.backward([top], [True], [bottom])
+        results.append((y, bottom.read_diff().copy(), layer.blobs[0].read_diff().copy()))
+    for out_of_place, in_place in zip(*results):
+        np.testing.assert_array_equal(out_of_place, in_place)
+    assert np.any(results[1][2] != 0)

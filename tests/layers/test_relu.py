@@ -1,11 +1,13 @@
-"""ReLU: forward against numpy for several slopes, gradients (away from the kink), in place."""
+"""ReLU: forward against numpy for several slopes, gradients (away from the kink), in place;
+the GPU path against the CPU's, bit for bit."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.gpu_helpers import compare_layer_modes
+from tests.layer_helpers import assert_in_place_matches, blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 SLOPES = [0.0, 0.01, 0.5]
@@ -68,3 +70,34 @@ def test_zero_input_gets_negative_slope_gradient():
 def test_needs_one_bottom():
     with pytest.raises(CaffeError, match='"relu".*exactly 1 bottom'):
         set_up(relu(0), [np.ones(2), np.ones(2)])
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (7,)])
+@pytest.mark.parametrize("slope", SLOPES)
+def test_gpu_matches_cpu(shape, slope):
+    x = inputs(shape, 4)
+    x.flat[:3] = [0.0, -0.0, np.nan]
+    dy = np.random.default_rng(5).normal(size=shape)
+    # the same per-element bodies run on both targets
+    compare_layer_modes(relu(slope), [x], top_diffs=[dy], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.5])
+def test_gpu_gradient(gpu_mode, slope):
+    layer, bottom, top = set_up(relu(slope), [inputs((2, 3, 4), 1)])
+    check_gradient(layer, bottom, top, kink=0.0, kink_range=0.02)
+
+
+@pytest.mark.parametrize("slope", SLOPES)
+def test_gpu_in_place(gpu_mode, slope):
+    rng = np.random.default_rng(6)
+    assert_in_place_matches([relu(slope)], inputs((4, 5), 2), rng.normal(size=(4, 5)))
+
+
+def test_gpu_zero_input_gets_negative_slope_gradient(gpu_mode):
+    layer, bottom, top = set_up(relu(0.25), [np.array([-1.0, 0.0, 1.0])])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].read_diff(), [0.25, 0.25, 1.0])

@@ -1,9 +1,11 @@
-"""Sigmoid: forward against numpy, gradients, in-place use, saturation without overflow."""
+"""Sigmoid: forward against numpy, gradients, in-place use, saturation without overflow; the
+GPU path against the CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import assert_in_place_matches, set_up
 
 SIGMOID = 'name: "sig" type: "Sigmoid"'
@@ -42,3 +44,27 @@ def test_in_place():
 def test_needs_one_top():
     with pytest.raises(CaffeError, match='"sig".*exactly 1 top'):
         set_up(SIGMOID, [np.ones(2)], num_tops=2)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gpu_matches_cpu(shape):
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=4, size=shape)
+    compare_layer_modes(SIGMOID, [x], top_diffs=[rng.normal(size=shape)])
+
+
+def test_gpu_extreme_inputs_saturate(gpu_mode):
+    layer, bottom, top = set_up(SIGMOID, [np.array([-1e4, -100.0, 0.0, 100.0, 1e4])])
+    layer.forward(bottom, top)
+    np.testing.assert_allclose(top[0].read_data(), [0, 0, 0.5, 1, 1], atol=1e-30)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(SIGMOID, [np.random.default_rng(1).normal(size=(2, 3, 4))])
+    check_gradient(layer, bottom, top)
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    assert_in_place_matches([SIGMOID], rng.normal(size=(3, 4)), rng.normal(size=(3, 4)))

@@ -1,9 +1,10 @@
 """Swish: forward against numpy for several betas, gradients, Caffe's backward formula,
-in-place use."""
+in-place use; the GPU path against the CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -66,4 +67,31 @@ def test_in_place_followed_by_in_place_layer():
     """A later in-place layer overwrites this layer's top data, which backward reads."""
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    assert_in_place_matches([swish(2.0), SHIFT_DOWN], x, dy)
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (7,)])
+@pytest.mark.parametrize("beta", BETAS + [-1.5])
+def test_gpu_matches_cpu(shape, beta):
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=2.0, size=shape)
+    compare_layer_modes(swish(beta), [x], top_diffs=[rng.normal(size=shape)])
+
+
+def test_gpu_large_inputs():
+    x = np.array([-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4])
+    compare_layer_modes(swish(2.0), [x], top_diffs=[np.full(x.shape, 1.5)])
+
+
+@pytest.mark.parametrize("beta", [1.0, 2.0])
+def test_gpu_gradient(gpu_mode, beta):
+    layer, bottom, top = set_up(swish(beta), [np.random.default_rng(1).normal(size=(2, 3, 4))])
+    check_gradient(layer, bottom, top, threshold=1e-3)
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    assert_in_place_matches([swish(2.0)], x, dy)
     assert_in_place_matches([swish(2.0), SHIFT_DOWN], x, dy)

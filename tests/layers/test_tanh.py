@@ -1,9 +1,11 @@
-"""TanH: forward against numpy, gradients, in-place use, saturation."""
+"""TanH: forward against numpy, gradients, in-place use, saturation; the GPU path against the
+CPU's."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import assert_in_place_matches, set_up
 
 TANH = 'name: "tanh" type: "TanH"'
@@ -41,3 +43,27 @@ def test_in_place():
 def test_needs_one_bottom():
     with pytest.raises(CaffeError, match='"tanh".*exactly 1 bottom'):
         set_up(TANH, [])
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gpu_matches_cpu(shape):
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=2, size=shape)
+    compare_layer_modes(TANH, [x], top_diffs=[rng.normal(size=shape)])
+
+
+def test_gpu_extreme_inputs_saturate(gpu_mode):
+    layer, bottom, top = set_up(TANH, [np.array([-1e4, 0.0, 1e4])])
+    layer.forward(bottom, top)
+    np.testing.assert_array_equal(top[0].read_data(), [-1, 0, 1])
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(TANH, [np.random.default_rng(1).normal(size=(2, 3, 4))])
+    check_gradient(layer, bottom, top)
+
+
+def test_gpu_in_place(gpu_mode):
+    rng = np.random.default_rng(2)
+    assert_in_place_matches([TANH], rng.normal(size=(3, 4)), rng.normal(size=(3, 4)))

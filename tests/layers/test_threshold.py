@@ -1,10 +1,12 @@
 """Threshold: forward against numpy (strictly greater), in-place use, and the missing
-backward raising a CaffeError."""
+backward raising a CaffeError; the same on the GPU."""
 import numpy as np
 import pytest
 
+from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -63,3 +65,32 @@ def test_v1_name():
 def test_force_backward_does_not_reach_the_bottom():
     layer = create_layer(layer_param(threshold()))
     assert layer.allow_force_backward(0) is False
+
+
+# --- GPU mode ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("t", THRESHOLDS)
+def test_gpu_matches_cpu(shape, t):
+    x = np.random.default_rng(4).normal(size=shape).astype(np.float32)
+    x.flat[0] = t
+    compare_layer_modes(threshold(t), [x], rtol=0, atol=0)
+
+
+def test_gpu_in_place(gpu_mode):
+    blob = blob_of([0.1, 0.5, 0.9])
+    layer = create_layer(layer_param(threshold(0.5)))
+    layer.setup([blob], [blob])
+    layer.forward([blob], [blob])
+    np.testing.assert_array_equal(blob.read_data(), [0, 0, 1])
+
+
+def test_gpu_backward(gpu_mode, caplog, monkeypatch):
+    monkeypatch.setitem(backend._state, "logged", set())
+    layer, bottom, top = set_up(threshold(), [np.ones(3)])
+    layer.forward(bottom, top)
+    bottom[0].diff[...] = 4
+    layer.backward(top, [False], bottom)
+    np.testing.assert_array_equal(bottom[0].read_diff(), [4, 4, 4])
+    with pytest.raises(CaffeError, match='"step".*no backward'):
+        layer.backward(top, [True], bottom)
+    assert "no GPU" not in caplog.text
