@@ -9,12 +9,20 @@ hold outer*inner integers. A non-ignored label l at (i, j) counts as correct whe
 (ties therefore count against the prediction, as in Caffe). Top 0 is correct / counted
 (0 when nothing is counted); the optional top 1 holds, per class, the accuracy over the
 locations labelled with that class (0 for classes that do not occur).
+
+In GPU mode one thread per location ranks its true class, the hits are added on the device
+into top 0, and one thread per class gathers the per-class accuracy; only the label counts
+come to the host (the denominator, and the out-of-range check), as Caffe syncs its count.
 """
 import numpy as np
+from numba import cuda
 
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import loss as gpu
+from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.layers.softmax_with_loss import count_labels_gpu, gather_labels, ignore_args
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
-from pycaffe_cli.layers.softmax_with_loss import gather_labels
 
 
 @register("Accuracy", v1="ACCURACY")
@@ -29,6 +37,7 @@ class AccuracyLayer(Layer):
         p = self.param.accuracy_param
         self.top_k = p.top_k
         self.ignore_label = p.ignore_label if p.HasField("ignore_label") else None
+        self._gpu_hits = Blob()  # GPU: 1 where the location's label is within the top k
 
     def reshape(self, bottom, top):
         label_count = bottom[1].count()
@@ -47,6 +56,7 @@ class AccuracyLayer(Layer):
         top[0].reshape(())
         if len(top) > 1:
             top[1].reshape((bottom[0].shape[self.axis],))
+        self._gpu_hits.reshape((label_count,))
 
     def forward_cpu(self, bottom, top):
         scores = three_axis_view(bottom[0].data, self.axis)
@@ -71,3 +81,52 @@ class AccuracyLayer(Layer):
     def allow_force_backward(self, bottom_index):
         # Caffe would abort on force_backward reaching this layer; we keep it out instead
         return False
+
+    def forward_gpu(self, bottom, top):
+        positions = self.outer * self.inner
+        num_classes = bottom[0].shape[self.axis]
+        labels = bottom[1].gpu_data_for_reading()
+        count = count_labels_gpu(self, bottom[1], num_classes, self.ignore_label)
+        ignore, has_ignore = ignore_args(self.ignore_label)
+        hits = self._gpu_hits.gpu_data
+        launch(_hits_kernel, positions, bottom[0].gpu_data_for_reading(), labels, num_classes,
+               self.inner, self.top_k, ignore, has_ignore, hits)
+        gpu.sum_into(positions, hits, max(count, 1), top[0].gpu_data)
+        if len(top) > 1:
+            launch(_per_class_kernel, num_classes, labels, self._gpu_hits.gpu_data_for_reading(),
+                   positions, ignore, has_ignore, top[1].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        # nothing to compute, nor to copy: only the check (and no CPU-fallback log line)
+        self.backward_cpu(top, propagate_down, bottom)
+
+
+@cuda.jit
+def _hits_kernel(n, scores, labels, channels, inner, top_k, ignore, has_ignore, hits):
+    """hits[p] = 1 when fewer than top_k other classes score >= the true class at p."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        label = gpu.label_class(labels[index], channels, ignore, has_ignore)
+        hit = np.float32(0)
+        if label >= 0:
+            start = index // inner * channels * inner + index % inner
+            true_score = scores[start + label * inner]
+            better = 0
+            for c in range(channels):
+                if c != label and scores[start + c * inner] >= true_score:
+                    better += 1
+            if better < top_k:
+                hit = np.float32(1)
+        hits[index] = hit
+
+
+@cuda.jit
+def _per_class_kernel(n, labels, hits, positions, ignore, has_ignore, accuracy):
+    """accuracy[c] = hits / locations labelled c (0 when there are none)."""
+    for c in range(cuda.grid(1), n, cuda.gridsize(1)):
+        seen = 0
+        correct = np.float32(0)
+        for p in range(positions):
+            if gpu.label_class(labels[p], n, ignore, has_ignore) == c:
+                seen += 1
+                correct += hits[p]
+        accuracy[c] = correct / np.float32(seen) if seen > 0 else np.float32(0)

@@ -12,10 +12,20 @@ Bottoms: features a and b, both (N, C) (or N x C x 1 x 1), and a pair label y wi
 
 The 1e-4 in k_i is Caffe's guard against identical pairs. Both a and b receive gradients
 (force_backward included); y never does.
-"""
-import numpy as np
 
+In GPU mode one thread per pair computes d_i (added in float64, as the CPU path) and the
+pair's term, the terms' float64 sum is written into the loss top on the device, and the
+gradients are one kernel per bottom; nothing comes to the host.
+"""
+import math
+
+import numpy as np
+from numba import cuda
+
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import LossLayer, register
+from pycaffe_cli.layers.kernels.cuda import loss as gpu
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 _EPSILON = np.float32(1e-4)
 
@@ -30,6 +40,7 @@ class ContrastiveLossLayer(LossLayer):
         param = self.param.contrastive_loss_param
         self.margin = np.float32(param.margin)
         self.legacy = param.legacy_version
+        self._gpu_pairs = Blob()  # GPU: d_i (data) and the pair terms (diff)
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
@@ -45,6 +56,7 @@ class ContrastiveLossLayer(LossLayer):
         if y.num_axes > 4 or y.count(1) != 1 or y.count() != self.num:
             raise self.error(f"the similarity label blob must hold one value per pair "
                              f"({self.num}, shape N or N x 1 x 1 x 1), got {y.shape_string()}")
+        self._gpu_pairs.reshape((self.num,))
 
     def forward_cpu(self, bottom, top):
         a = bottom[0].data.reshape(self.num, self.channels)
@@ -83,3 +95,58 @@ class ContrastiveLossLayer(LossLayer):
 
     def allow_force_backward(self, bottom_index):
         return bottom_index != 2
+
+    # --- GPU ---------------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        terms = self._gpu_pairs.gpu_diff
+        launch(_pair_terms_kernel, self.num, self.channels, bottom[0].gpu_data_for_reading(),
+               bottom[1].gpu_data_for_reading(), bottom[2].gpu_data_for_reading(),
+               self.margin, self.legacy, self._gpu_pairs.gpu_data, terms)
+        gpu.sum_into(self.num, terms, 2.0 * self.num, top[0].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        for i, sign in ((0, 1.0), (1, -1.0)):
+            if propagate_down[i]:
+                alpha = np.float32(sign * top[0].read_diff()[()] / self.num)
+                launch(_contrastive_backward_kernel, self.num * self.channels, self.channels,
+                       bottom[0].gpu_data_for_reading(), bottom[1].gpu_data_for_reading(),
+                       bottom[2].gpu_data_for_reading(),
+                       self._gpu_pairs.gpu_data_for_reading(), self.margin, self.legacy,
+                       alpha, bottom[i].gpu_diff)
+
+
+@cuda.jit
+def _pair_terms_kernel(n, channels, a, b, y, margin, legacy, dist_sq, terms):
+    """dist_sq[i] = ||a_i - b_i||^2 and terms[i] = the pair's loss term (module doc)."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        total = 0.0
+        for c in range(i * channels, (i + 1) * channels):
+            step = np.float64(a[c] - b[c])
+            total += step * step
+        distance = np.float32(total)
+        dist_sq[i] = distance
+        if int(y[i]) != 0:
+            terms[i] = distance
+        elif legacy:
+            gap = margin - distance
+            terms[i] = np.float32(0) if gap < 0 else gap
+        else:
+            gap = margin - math.sqrt(distance)
+            gap = np.float32(0) if gap < 0 else gap
+            terms[i] = gap * gap
+
+
+@cuda.jit
+def _contrastive_backward_kernel(n, channels, a, b, y, dist_sq, margin, legacy, alpha, diff):
+    """diff = (a - b) times the pair's factor for step ``alpha`` (module doc)."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        i = index // channels
+        if int(y[i]) != 0:
+            factor = alpha
+        elif legacy:
+            factor = -alpha if margin - dist_sq[i] > 0 else np.float32(0)
+        else:
+            distance = math.sqrt(dist_sq[i])
+            gap = margin - distance
+            factor = -alpha * gap / (distance + _EPSILON) if gap > 0 else np.float32(0)
+        diff[index] = factor * (a[index] - b[index])

@@ -12,16 +12,28 @@ the locations whose label is not ``loss_param.ignore_label``:
 normalizer as in SoftmaxWithLoss (``loss_param.normalization``, default VALID); Caffe rejects the
 deprecated ``normalize`` flag for this layer, and so do we. An optional second top receives p.
 No gradient flows to the labels or to H.
+
+In GPU mode the softmax, the per-location terms (one thread per location, added over the
+classes in float64 as the CPU path), their float64 sum written into the loss top, H's row
+sums and the gradient all run on the device; only the label counts come to the host (the
+VALID normaliser and the out-of-range check). H from a file goes to the device once.
 """
+import math
+
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
 from pycaffe_cli.layers.base import LossLayer, register
-from pycaffe_cli.layers.softmax import softmax_forward
-from pycaffe_cli.layers.softmax_with_loss import gather_labels, normalizer
+from pycaffe_cli.layers.kernels.cuda import loss as gpu
+from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.layers.softmax import axis_dims, softmax_forward
+from pycaffe_cli.layers.softmax_with_loss import (count_labels_gpu, gather_labels, ignore_args,
+                                                  normalizer)
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
 LOG_THRESHOLD = np.float32(1e-20)
@@ -48,9 +60,14 @@ class InfogainLossLayer(LossLayer):
                              '"normalization"')
         self.normalization = loss_param.normalization
         self.prob = Blob()
+        self._scratch = Blob()  # GPU: softmax max / sum per location, then the loss terms
+        self._gpu_row_sums = Blob()  # GPU: sum_c H[r, c] per row r
         self.infogain = None
+        self._infogain_blob = Blob()  # GPU: H from the file, on the device once
         if len(bottom) < 3:
             self.infogain = self._read_matrix(self.param.infogain_loss_param)
+            self._infogain_blob.reshape(self.infogain.shape)
+            self._infogain_blob.data[...] = self.infogain
 
     def _read_matrix(self, infogain_param):
         if not infogain_param.HasField("source"):
@@ -81,6 +98,8 @@ class InfogainLossLayer(LossLayer):
                              f"{self.num_labels} ({self.num_labels ** 2} values) for "
                              f"{self.num_labels} classes, but {source} holds {count}")
         self.prob.reshape_like(bottom[0])
+        self._scratch.reshape((2 * self.outer * self.inner,))
+        self._gpu_row_sums.reshape((self.num_labels,))
         if len(top) > 1:
             top[1].reshape_like(bottom[0])
 
@@ -125,3 +144,81 @@ class InfogainLossLayer(LossLayer):
 
     def allow_force_backward(self, bottom_index):
         return bottom_index == 0
+
+    # --- GPU ---------------------------------------------------------------------------------
+    def _gpu_matrix(self, bottom):
+        blob = bottom[2] if len(bottom) > 2 else self._infogain_blob
+        return blob.gpu_data_for_reading()
+
+    def forward_gpu(self, bottom, top):
+        outer, channels, inner = axis_dims(bottom[0], self.axis)
+        positions = outer * inner
+        scratch = self._scratch.gpu_data
+        gpu.softmax_forward(bottom[0].gpu_data_for_reading(), self.prob.gpu_data, outer,
+                            channels, inner, scratch)
+        valid = count_labels_gpu(self, bottom[1], channels, self.ignore_label)
+        ignore, has_ignore = ignore_args(self.ignore_label)
+        launch(_infogain_terms_kernel, positions, self.prob.gpu_data_for_reading(),
+               bottom[1].gpu_data_for_reading(), self._gpu_matrix(bottom), channels, inner,
+               ignore, has_ignore, scratch)
+        self._scale = normalizer(self.normalization, outer, inner, valid)
+        gpu.sum_into(positions, scratch, -self._scale, top[0].gpu_data)
+        if len(top) > 1:
+            memory.copy(self.prob.gpu_data_for_reading(), top[1].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[1]:
+            raise self.error(f"{self.type} layer cannot backpropagate to label inputs")
+        if len(propagate_down) > 2 and propagate_down[2]:
+            raise self.error(f"{self.type} layer cannot backpropagate to infogain inputs")
+        if not propagate_down[0]:
+            return
+        _, channels, inner = axis_dims(bottom[0], self.axis)
+        matrix = self._gpu_matrix(bottom)
+        row_sums = self._gpu_row_sums.gpu_data
+        launch(_row_sums_kernel, channels, matrix, row_sums)
+        alpha = np.float32(top[0].read_diff()[()] / self._scale)
+        ignore, has_ignore = ignore_args(self.ignore_label)
+        launch(_infogain_backward_kernel, bottom[0].count(), self.prob.gpu_data_for_reading(),
+               bottom[1].gpu_data_for_reading(), matrix, row_sums, channels, inner, ignore,
+               has_ignore, alpha, bottom[0].gpu_diff)
+
+
+@cuda.jit
+def _infogain_terms_kernel(n, prob, labels, matrix, channels, inner, ignore, has_ignore,
+                           terms):
+    """terms[p] = sum_c H[l_p, c] log(max(prob[., c, .], 1e-20)), 0 where not counted."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        label = gpu.label_class(labels[index], channels, ignore, has_ignore)
+        total = 0.0
+        if label >= 0:
+            start = index // inner * channels * inner + index % inner
+            for c in range(channels):
+                p = prob[start + c * inner]
+                log_p = math.log(LOG_THRESHOLD if p < LOG_THRESHOLD else p)
+                total += np.float64(matrix[label * channels + c]) * np.float64(log_p)
+        terms[index] = np.float32(total)
+
+
+@cuda.jit
+def _row_sums_kernel(n, matrix, row_sums):
+    """row_sums[r] = sum_c H[r, c], added in float64."""
+    for r in range(cuda.grid(1), n, cuda.gridsize(1)):
+        total = 0.0
+        for c in range(r * n, (r + 1) * n):
+            total += np.float64(matrix[c])
+        row_sums[r] = np.float32(total)
+
+
+@cuda.jit
+def _infogain_backward_kernel(n, prob, labels, matrix, row_sums, channels, inner, ignore,
+                              has_ignore, alpha, diff):
+    """diff = (prob * rowsum(H)[l] - H[l, c]) * alpha, 0 where not counted."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        position = index // (channels * inner) * inner + index % inner
+        label = gpu.label_class(labels[position], channels, ignore, has_ignore)
+        if label < 0:
+            diff[index] = 0
+        else:
+            c = index // inner % channels
+            diff[index] = (prob[index] * row_sums[label] - matrix[label * channels + c]) * alpha

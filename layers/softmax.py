@@ -5,11 +5,14 @@ With the bottom viewed as (outer, C, inner), C = shape[axis]:
     forward:   y_c = exp(x_c - max_k x_k) / sum_k exp(x_k - max_k x_k)
     backward:  dx = (dy - sum_c dy_c y_c) * y
 
-Both passes work in place (the top may be the bottom blob).
+Both passes work in place (the top may be the bottom blob). In GPU mode both run on the
+device (kernels/cuda/loss.py: a per-position max / sum or dot, then a per-element pass).
 """
 import numpy as np
 
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import loss as gpu
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
 
@@ -39,8 +42,13 @@ class SoftmaxLayer(Layer):
     exact_num_bottom = 1
     exact_num_top = 1
 
+    def layer_setup(self, bottom, top):
+        self._scratch = Blob()  # GPU: per-position max and sum (forward) or dot (backward)
+
     def reshape(self, bottom, top):
         self.axis = layer_axis(self, bottom[0], self.param.softmax_param.axis)
+        self.dims = axis_dims(bottom[0], self.axis)
+        self._scratch.reshape((2 * self.dims[0] * self.dims[2],))
         top[0].reshape_like(bottom[0])
 
     def forward_cpu(self, bottom, top):
@@ -52,3 +60,18 @@ class SoftmaxLayer(Layer):
             softmax_backward(three_axis_view(top[0].data, self.axis),
                              three_axis_view(top[0].diff, self.axis),
                              three_axis_view(bottom[0].diff, self.axis))
+
+    def forward_gpu(self, bottom, top):
+        gpu.softmax_forward(bottom[0].gpu_data_for_reading(), top[0].gpu_data, *self.dims,
+                            self._scratch.gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        gpu.softmax_backward(top[0].gpu_data_for_reading(), top[0].gpu_diff_for_reading(),
+                             bottom[0].gpu_diff, *self.dims, self._scratch.gpu_data)
+
+
+def axis_dims(blob, axis):
+    """(outer, channels, inner): the counts before, at and after ``axis``."""
+    return blob.count(0, axis), blob.shape[axis], blob.count(axis + 1)

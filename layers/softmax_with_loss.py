@@ -10,12 +10,22 @@ normalizer = max(1, n) with n by ``loss_param.normalization``: FULL outer*inner,
 number of non-ignored labels, BATCH_SIZE outer, NONE 1. The legacy ``normalize`` flag, when
 ``normalization`` is not set, means VALID (true) or BATCH_SIZE (false). An optional second top
 receives the probabilities.
+
+In GPU mode everything runs on the device: the softmax into ``prob``, the per-location
+-log terms, their float64 sum written into the loss top, and the gradient. Only the label
+counts come to the host (the VALID normaliser, and the out-of-range check).
 """
+import math
+
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import LossLayer, register
-from pycaffe_cli.layers.softmax import softmax_forward
+from pycaffe_cli.layers.kernels.cuda import loss as gpu
+from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.layers.softmax import axis_dims, softmax_forward
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 from pycaffe_cli.proto import caffe_pb2
 
@@ -51,6 +61,22 @@ def gather_labels(layer, label_blob, outer, inner, num_classes, ignore_label):
     return np.where(valid, labels, 0), valid
 
 
+def ignore_args(ignore_label):
+    """(ignore_label, has_ignore) as kernel arguments."""
+    return (0, False) if ignore_label is None else (int(ignore_label), True)
+
+
+def count_labels_gpu(layer, label_blob, num_classes, ignore_label):
+    """gather_labels' check on the device: the number of labels that count. A label out of
+    range raises gather_labels' error (the labels come to the host only then)."""
+    count = label_blob.count()
+    valid, bad = gpu.label_counts(count, label_blob.gpu_data_for_reading(), num_classes,
+                                  ignore_label)
+    if bad:
+        gather_labels(layer, label_blob, count, 1, num_classes, ignore_label)
+    return valid
+
+
 @register("SoftmaxWithLoss", v1="SOFTMAX_LOSS")
 class SoftmaxWithLossLayer(LossLayer):
     """Softmax cross-entropy of predictions (bottom 0) against integer labels (bottom 1)."""
@@ -65,6 +91,7 @@ class SoftmaxWithLossLayer(LossLayer):
                              else None)
         self.normalization = loss_normalization(loss_param)
         self.prob = Blob()
+        self._scratch = Blob()  # GPU: softmax max / sum per location, then the loss terms
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
@@ -78,6 +105,7 @@ class SoftmaxWithLossLayer(LossLayer):
                 f"hold {self.outer * self.inner} values, but {bottom[1].shape_string()} holds "
                 f"{bottom[1].count()}")
         self.prob.reshape_like(bottom[0])
+        self._scratch.reshape((2 * self.outer * self.inner,))
         if len(top) > 1:
             top[1].reshape_like(bottom[0])
 
@@ -108,3 +136,59 @@ class SoftmaxWithLossLayer(LossLayer):
         diff *= valid[:, None, :]
         scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
         diff *= np.float32(top[0].diff[()] / scale)
+
+    # --- GPU ---------------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        outer, channels, inner = axis_dims(bottom[0], self.axis)
+        positions = outer * inner
+        scratch = self._scratch.gpu_data
+        gpu.softmax_forward(bottom[0].gpu_data_for_reading(), self.prob.gpu_data, outer,
+                            channels, inner, scratch)
+        valid = count_labels_gpu(self, bottom[1], channels, self.ignore_label)
+        ignore, has_ignore = ignore_args(self.ignore_label)
+        launch(_log_prob_kernel, positions, self.prob.gpu_data_for_reading(),
+               bottom[1].gpu_data_for_reading(), channels, inner, ignore, has_ignore, scratch)
+        self._scale = normalizer(self.normalization, outer, inner, valid)
+        gpu.sum_into(positions, scratch, -self._scale, top[0].gpu_data)
+        if len(top) > 1:
+            memory.copy(self.prob.gpu_data_for_reading(), top[1].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[1]:
+            raise self.error(f"{self.type} layer cannot backpropagate to label inputs")
+        if not propagate_down[0]:
+            return
+        _, channels, inner = axis_dims(bottom[0], self.axis)
+        alpha = np.float32(top[0].read_diff()[()] / self._scale)
+        ignore, has_ignore = ignore_args(self.ignore_label)
+        launch(_softmax_loss_backward_kernel, bottom[0].count(),
+               self.prob.gpu_data_for_reading(), bottom[1].gpu_data_for_reading(), channels,
+               inner, ignore, has_ignore, alpha, bottom[0].gpu_diff)
+
+
+@cuda.jit
+def _log_prob_kernel(n, prob, labels, channels, inner, ignore, has_ignore, terms):
+    """terms[p] = log(max(prob of the label at location p, FLT_MIN)), 0 where not counted."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        label = gpu.label_class(labels[index], channels, ignore, has_ignore)
+        if label < 0:
+            terms[index] = 0
+        else:
+            picked = prob[(index // inner * channels + label) * inner + index % inner]
+            terms[index] = math.log(FLT_MIN if picked < FLT_MIN else picked)
+
+
+@cuda.jit
+def _softmax_loss_backward_kernel(n, prob, labels, channels, inner, ignore, has_ignore, alpha,
+                                  diff):
+    """diff = (prob - onehot(label)) * alpha, 0 at locations that do not count."""
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        position = index // (channels * inner) * inner + index % inner
+        label = gpu.label_class(labels[position], channels, ignore, has_ignore)
+        if label < 0:
+            diff[index] = 0
+        else:
+            grad = prob[index]
+            if index // inner % channels == label:
+                grad -= np.float32(1)
+            diff[index] = grad * alpha

@@ -48,7 +48,7 @@ def test_forward(shape, axis, top_k, ignore):
         assert top[1].data[ignore] == 0
 
 
-def test_hand_computed_top1_and_top2():
+def test_hand_computed_top1_and_top2(engine):
     scores = np.array([[0.1, 0.7, 0.2],   # label 1: top-1 hit
                        [0.5, 0.3, 0.2],   # label 2: ranked 3rd, miss even for top-2
                        [0.3, 0.4, 0.3]])  # label 0: ranked 2nd (tied), see tie rule below
@@ -63,7 +63,7 @@ def test_hand_computed_top1_and_top2():
     np.testing.assert_allclose(top[0].data, 1 / 3, rtol=1e-6)
 
 
-def test_ties_count_against_the_true_class():
+def test_ties_count_against_the_true_class(engine):
     scores = np.array([[0.5, 0.5, 0.0]])
     for label, top_k, expected in [(0, 1, 0.0), (1, 1, 0.0), (0, 2, 1.0), (2, 2, 0.0)]:
         layer, bottom, top = set_up(accuracy(f"top_k: {top_k}"),
@@ -72,7 +72,7 @@ def test_ties_count_against_the_true_class():
         assert top[0].data == expected, (label, top_k)
 
 
-def test_everything_ignored_gives_zero():
+def test_everything_ignored_gives_zero(engine):
     layer, bottom, top = set_up(accuracy("ignore_label: 1"),
                                 [np.ones((3, 4)), np.ones(3)], num_tops=2)
     layer.forward(bottom, top)
@@ -80,7 +80,7 @@ def test_everything_ignored_gives_zero():
     np.testing.assert_array_equal(top[1].data, 0)
 
 
-def test_no_backward():
+def test_no_backward(engine):
     layer, bottom, top = set_up(accuracy(), [np.ones((2, 3)), np.zeros(2)])
     layer.forward(bottom, top)
     layer.backward(top, [False, False], bottom)
@@ -89,7 +89,7 @@ def test_no_backward():
     assert not layer.allow_force_backward(0)
 
 
-def test_label_out_of_range():
+def test_label_out_of_range(engine):
     layer, bottom, top = set_up(accuracy(), [np.ones((2, 3)), np.array([0.0, 3.0])])
     with pytest.raises(CaffeError, match='"acc".*label value 3 is out of range'):
         layer.forward(bottom, top)
@@ -110,3 +110,17 @@ def test_reshape_errors(params, shapes, message):
 def test_blob_counts(num_bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"acc".*{message}'):
         set_up(accuracy(), [np.zeros((2, 3))] * num_bottoms, num_tops)
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, axis, top_k, ignore", CASES)
+@pytest.mark.parametrize("num_tops", [1, 2])
+def test_gpu_matches_cpu(shape, axis, top_k, ignore, num_tops):
+    from tests.gpu_helpers import compare_layer_modes
+    rng = np.random.default_rng(1)
+    canonical = axis % len(shape)
+    scores = no_ties(rng, shape)
+    labels = rng.integers(0, shape[canonical], shape[:canonical] + shape[canonical + 1:])
+    params = f"axis: {axis} top_k: {top_k}" + (f" ignore_label: {ignore}" if ignore is not None
+                                              else "")
+    compare_layer_modes(accuracy(params), [scores, labels], num_tops=num_tops)

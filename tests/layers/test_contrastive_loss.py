@@ -91,7 +91,7 @@ def test_default_is_current_version():
     (False, (4 + (1.5 - 0.5) ** 2 + 0) / 3 / 2),
     (True, (4 + (1.5 - 0.25) + 0) / 3 / 2),
 ])
-def test_hand_computed(legacy, expected):
+def test_hand_computed(legacy, expected, engine):
     a = np.zeros((3, 2))
     b = np.array([[2.0, 0.0], [0.0, 0.5], [3.0, 0.0]])
     layer, bottom, top = set_up(contrastive(1.5, str(legacy).lower()),
@@ -100,7 +100,7 @@ def test_hand_computed(legacy, expected):
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-6)
 
 
-def test_any_nonzero_integer_label_means_similar():
+def test_any_nonzero_integer_label_means_similar(engine):
     a, b, _ = pairs(3, 2, 2)
     layer, bottom, top = set_up(contrastive(), [a, b, np.array([2.0, 0.7, -1.0])])
     layer.forward(bottom, top)
@@ -140,3 +140,24 @@ def test_shape_errors(shapes, message):
 def test_needs_three_bottoms():
     with pytest.raises(CaffeError, match='"loss".*exactly 3 bottom'):
         set_up(contrastive(), [np.zeros((2, 2))] * 2)
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+@pytest.mark.parametrize("num, channels, four_d", CASES)
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("down", [[True, True, False], [False, True, False]])
+def test_gpu_matches_cpu(num, channels, four_d, legacy, down):
+    from tests.gpu_helpers import compare_layer_modes
+    a, b, y = pairs(num, channels, 5, 2.0, legacy, four_d)
+    compare_layer_modes(contrastive(2.0, str(legacy).lower(), "loss_weight: 0"), [a, b, y],
+                        top_diffs=[np.float32(1.5)], propagate_down=down)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_gpu_gradient(gpu_mode, legacy):
+    a, b, y = pairs(4, 3, 6, 1.0, legacy)
+    layer, bottom, top = set_up(contrastive(legacy=str(legacy).lower(), extra="loss_weight: 2"),
+                                [a, b, y])
+    check_gradient(layer, bottom, top, check_bottom=[0, 1])

@@ -20,7 +20,7 @@ def pair(shapes, seed=0):
 
 
 @pytest.mark.parametrize("shapes", SHAPES)
-def test_forward(shapes):
+def test_forward(shapes, engine):
     a, b = pair(shapes)
     layer, bottom, top = set_up(euclidean(), [a, b])
     loss = layer.forward(bottom, top)
@@ -37,7 +37,7 @@ def test_gradient_both_bottoms(shapes):
     check_gradient(layer, bottom, top)
 
 
-def test_loss_weight_scales_gradient_and_loss():
+def test_loss_weight_scales_gradient_and_loss(engine):
     a, b = pair(((3, 2), (3, 2)), 2)
     layer, bottom, top = set_up(euclidean("loss_weight: 3"), [a, b])
     loss = layer.forward(bottom, top)
@@ -65,3 +65,20 @@ def test_shape_errors(shapes, message):
 def test_needs_two_bottoms():
     with pytest.raises(CaffeError, match='"loss".*exactly 2 bottom'):
         set_up(euclidean(), [np.ones((2, 2))])
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+@pytest.mark.parametrize("shapes", SHAPES)
+@pytest.mark.parametrize("down", [[True, True], [False, True]])
+def test_gpu_matches_cpu(shapes, down):
+    from tests.gpu_helpers import compare_layer_modes
+    # the CPU adds d^2 in float32 (sdot), the GPU in float64: the losses agree to ~1e-7
+    compare_layer_modes(euclidean("loss_weight: 0"), pair(shapes, 3),
+                        top_diffs=[np.float32(0.7)], propagate_down=down)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(euclidean("loss_weight: 2"), pair(((3, 2, 2), (3, 4)), 4))
+    check_gradient(layer, bottom, top)

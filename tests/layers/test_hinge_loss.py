@@ -62,14 +62,14 @@ def test_forward_backward(shapes, norm):
 
 @pytest.mark.parametrize("norm, expected", [("L1", (0.5 + 2.0 + 0.0) / 1),
                                             ("L2", (0.25 + 4.0 + 0.0) / 1)])
-def test_hand_computed(norm, expected):
+def test_hand_computed(norm, expected, engine):
     # label 1: margins 1 + (-0.5), 1 - (-1.0), 1 + (-3.0)
     layer, bottom, top = set_up(hinge(norm), [np.array([[-0.5, -1.0, -3.0]]), np.array([1.0])])
     layer.forward(bottom, top)
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-6)
 
 
-def test_gradient_is_zero_exactly_on_the_kink_for_l1():
+def test_gradient_is_zero_exactly_on_the_kink_for_l1(engine):
     # margin 1 + (-1) == 0: Caffe's sign(0) = 0
     layer, bottom, top = set_up(hinge("L1"), [np.array([[-1.0, 0.0]]), np.array([1.0])])
     layer.forward(bottom, top)
@@ -85,7 +85,7 @@ def test_gradient(shapes, norm):
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
-def test_cannot_backpropagate_to_labels():
+def test_cannot_backpropagate_to_labels(engine):
     layer, bottom, top = set_up(hinge(), [np.ones((2, 3)), np.zeros(2)])
     layer.forward(bottom, top)
     with pytest.raises(CaffeError, match='"loss".*cannot backpropagate to label inputs'):
@@ -93,7 +93,7 @@ def test_cannot_backpropagate_to_labels():
 
 
 @pytest.mark.parametrize("label", [3.0, -1.0])
-def test_label_out_of_range(label):
+def test_label_out_of_range(label, engine):
     layer, bottom, top = set_up(hinge(), [np.ones((2, 3)), np.array([0.0, label])])
     with pytest.raises(CaffeError, match=f'"loss".*label value {int(label)} is out of range'):
         layer.forward(bottom, top)
@@ -111,3 +111,22 @@ def test_shape_errors(shapes, message):
 def test_bad_norm_is_a_parse_error():
     with pytest.raises(text_format.ParseError, match="L3"):
         set_up(hinge("L3"), [np.zeros((2, 3)), np.zeros(2)])
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+@pytest.mark.parametrize("shapes", CASES)
+@pytest.mark.parametrize("norm", ["L1", "L2"])
+def test_gpu_matches_cpu(shapes, norm):
+    from tests.gpu_helpers import compare_layer_modes
+    x, labels = case(shapes, 2)
+    compare_layer_modes(hinge(norm, "loss_weight: 0"), [x, labels], top_diffs=[np.float32(1.5)],
+                        propagate_down=[True, False])
+
+
+@pytest.mark.parametrize("norm", ["L1", "L2"])
+def test_gpu_gradient(gpu_mode, norm):
+    x, labels = case(((4, 3), (4,)), 3)
+    layer, bottom, top = set_up(hinge(norm, "loss_weight: 2"), [x, labels])
+    check_gradient(layer, bottom, top, check_bottom=[0])

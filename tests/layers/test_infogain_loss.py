@@ -100,7 +100,7 @@ def test_default_normalization_is_valid():
     check(layer, bottom, top, x, labels, matrix, 1, 0, "VALID")
 
 
-def test_matrix_bottom_may_change_between_passes():
+def test_matrix_bottom_may_change_between_passes(engine):
     x, labels, matrix = problem((4, 3), 1, 3)
     layer, bottom, top = set_up(infogain(), [x, labels, matrix])
     layer.forward(bottom, top)
@@ -119,7 +119,7 @@ def test_identity_matrix_matches_softmax_with_loss():
     np.testing.assert_allclose(bottom[0].diff, s_bottom[0].diff, rtol=1e-5, atol=1e-7)
 
 
-def test_second_top_is_the_probabilities():
+def test_second_top_is_the_probabilities(engine):
     x, labels, matrix = problem((2, 3, 2), 1, 5)
     layer, bottom, top = set_up(infogain(), [x, labels, matrix], num_tops=2)
     layer.forward(bottom, top)
@@ -146,7 +146,7 @@ def test_gradient_matrix_from_file(tmp_path):
 
 @pytest.mark.parametrize("down, what", [([True, True, False], "label"),
                                         ([True, False, True], "infogain")])
-def test_cannot_backpropagate_to_labels_or_matrix(down, what):
+def test_cannot_backpropagate_to_labels_or_matrix(down, what, engine):
     x, labels, matrix = problem((2, 3), 1, 8)
     layer, bottom, top = set_up(infogain(), [x, labels, matrix])
     layer.forward(bottom, top)
@@ -191,7 +191,7 @@ def test_label_count_mismatch(shapes, message):
         set_up(infogain(), [np.zeros(shapes[0]), np.zeros(shapes[1]), np.eye(3)])
 
 
-def test_label_out_of_range():
+def test_label_out_of_range(engine):
     layer, bottom, top = set_up(infogain(), [np.zeros((2, 3)), np.array([0.0, 3.0]), np.eye(3)])
     with pytest.raises(CaffeError, match='"loss".*label value 3 is out of range'):
         layer.forward(bottom, top)
@@ -202,3 +202,35 @@ def test_label_out_of_range():
 def test_blob_counts(num_bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"loss".*{message}'):
         set_up(infogain(), [np.zeros((2, 3))] * num_bottoms, num_tops)
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+@pytest.mark.parametrize("shape, axis", GEOMETRY)
+@pytest.mark.parametrize("loss_param, ignore", [
+    ("", None), ("ignore_label: 1", 1), ("normalization: FULL ignore_label: 0", 0),
+    ("normalization: BATCH_SIZE", None), ("normalization: NONE ignore_label: 2", 2)])
+def test_gpu_matches_cpu(shape, axis, loss_param, ignore):
+    from tests.gpu_helpers import compare_layer_modes
+    x, labels, matrix = problem(shape, axis, 9, ignore)
+    compare_layer_modes(infogain(axis=axis, loss_param=loss_param, extra="loss_weight: 0"),
+                        [x, labels, matrix], top_diffs=[np.float32(1.5)],
+                        propagate_down=[True, False, False])
+
+
+def test_gpu_matrix_from_file_and_second_top(tmp_path):
+    from tests.gpu_helpers import compare_layer_modes
+    x, labels, matrix = problem((2, 3, 2), 1, 10, -1)
+    source = write_matrix(tmp_path / "H.binaryproto", matrix)
+    compare_layer_modes(infogain(source, loss_param="ignore_label: -1",
+                                 extra="loss_weight: 0 loss_weight: 0"), [x, labels],
+                        num_tops=2, top_diffs=[np.float32(2.0), np.zeros((2, 3, 2))],
+                        propagate_down=[True, False])
+
+
+def test_gpu_gradient(gpu_mode):
+    x, labels, matrix = problem((2, 4, 3), 2, 11, 0)
+    layer, bottom, top = set_up(infogain(axis=2, loss_param="ignore_label: 0",
+                                         extra="loss_weight: 2"), [x, labels, matrix])
+    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -47,7 +47,7 @@ def test_forward_backward(shapes):
                                rtol=1e-6)
 
 
-def test_zero_probability_is_clamped():
+def test_zero_probability_is_clamped(engine):
     layer, bottom, top = set_up(LOSS, [np.array([[0.0, 1.0], [0.5, 0.5]]), np.array([0.0, 1.0])])
     layer.forward(bottom, top)
     expected = (-np.log(np.float32(1e-20)) - np.log(0.5)) / 2
@@ -75,7 +75,7 @@ def test_gradient(shapes):
     check_gradient(layer, bottom, top, check_bottom=[0], stepsize=1e-3)
 
 
-def test_cannot_backpropagate_to_labels():
+def test_cannot_backpropagate_to_labels(engine):
     layer, bottom, top = set_up(LOSS, [np.ones((2, 3)) / 3, np.zeros(2)])
     layer.forward(bottom, top)
     with pytest.raises(CaffeError, match='"loss".*cannot backpropagate to label inputs'):
@@ -84,7 +84,7 @@ def test_cannot_backpropagate_to_labels():
 
 
 @pytest.mark.parametrize("label", [3.0, -1.0])
-def test_label_out_of_range(label):
+def test_label_out_of_range(label, engine):
     layer, bottom, top = set_up(LOSS, [np.ones((2, 3)) / 3, np.array([0.0, label])])
     with pytest.raises(CaffeError, match=f'"loss".*label value {int(label)} is out of range'):
         layer.forward(bottom, top)
@@ -98,3 +98,20 @@ def test_label_out_of_range(label):
 def test_shape_errors(shapes, message):
     with pytest.raises(CaffeError, match=f'"loss".*{message}'):
         set_up(LOSS, [np.ones(shapes[0]), np.zeros(shapes[1])])
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+@pytest.mark.parametrize("shapes", CASES)
+def test_gpu_matches_cpu(shapes):
+    from tests.gpu_helpers import compare_layer_modes
+    p, labels = case(shapes, 3)
+    compare_layer_modes(LOSS + " loss_weight: 0", [p, labels], top_diffs=[np.float32(1.5)],
+                        propagate_down=[True, False])
+
+
+def test_gpu_gradient(gpu_mode):
+    p, labels = case(((3, 2, 2), (3,)), 4)
+    layer, bottom, top = set_up(LOSS + " loss_weight: 2", [p, labels])
+    check_gradient(layer, bottom, top, check_bottom=[0], stepsize=1e-3)

@@ -66,7 +66,7 @@ def test_default_is_batch_size(shape):
 
 
 @pytest.mark.parametrize("normalize, mode", [("true", "VALID"), ("false", "BATCH_SIZE")])
-def test_legacy_normalize(normalize, mode):
+def test_legacy_normalize(normalize, mode, engine):
     run((3, 4), f"normalize: {normalize} ignore_label: -1", -1, mode)
 
 
@@ -74,7 +74,7 @@ def test_explicit_normalization_beats_legacy_flag():
     run((3, 4), "normalize: true normalization: FULL ignore_label: -1", -1, "FULL")
 
 
-def test_extreme_scores_stay_finite():
+def test_extreme_scores_stay_finite(engine):
     x = np.array([[100.0, -100.0, 100.0, -100.0]])
     t = np.array([[0.0, 1.0, 1.0, 0.0]])
     layer, bottom, top = set_up(sigmoid_loss(), [x, t])
@@ -84,7 +84,7 @@ def test_extreme_scores_stay_finite():
     np.testing.assert_allclose(bottom[0].diff, [[1, -1, 0, 0]], atol=1e-6)
 
 
-def test_all_ignored_gives_zero_loss_and_gradient():
+def test_all_ignored_gives_zero_loss_and_gradient(engine):
     x, _ = data((3, 2), 1)
     layer, bottom, top = set_up(sigmoid_loss("ignore_label: 5 normalization: VALID"),
                                 [x, np.full((3, 2), 5.0)])
@@ -102,14 +102,14 @@ def test_gradient(shape, loss_param):
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
-def test_loss_weight_scales_loss():
+def test_loss_weight_scales_loss(engine):
     x, t = data((2, 3), 3)
     layer, bottom, top = set_up(sigmoid_loss(extra="loss_weight: 2.5"), [x, t])
     loss = layer.forward(bottom, top)
     np.testing.assert_allclose(loss, 2.5 * reference(x, t, None, "BATCH_SIZE")[0], rtol=1e-5)
 
 
-def test_cannot_backpropagate_to_targets():
+def test_cannot_backpropagate_to_targets(engine):
     layer, bottom, top = set_up(sigmoid_loss(), [np.ones((2, 3)), np.zeros((2, 3))])
     layer.forward(bottom, top)
     with pytest.raises(CaffeError, match='"loss".*cannot backpropagate to label inputs'):
@@ -129,3 +129,25 @@ def test_shape_errors(shapes, message):
 def test_needs_two_bottoms():
     with pytest.raises(CaffeError, match='"loss".*exactly 2 bottom'):
         set_up(sigmoid_loss(), [np.zeros((2, 3))])
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("loss_param, ignore", [
+    ("", None), ("ignore_label: -1", -1), ("normalization: VALID ignore_label: 1", 1),
+    ("normalization: VALID", None), ("normalization: FULL ignore_label: 0", 0),
+    ("normalization: NONE", None)])
+def test_gpu_matches_cpu(shape, loss_param, ignore):
+    from tests.gpu_helpers import compare_layer_modes
+    x, t = data(shape, 4, ignore, hard=ignore is not None and ignore >= 0)
+    compare_layer_modes(sigmoid_loss(loss_param, "loss_weight: 0"), [x, t],
+                        top_diffs=[np.float32(1.3)], propagate_down=[True, False])
+
+
+@pytest.mark.parametrize("loss_param", ["", "ignore_label: -1 normalization: VALID"])
+def test_gpu_gradient(gpu_mode, loss_param):
+    x, t = data((3, 4), 5, -1 if loss_param else None)
+    layer, bottom, top = set_up(sigmoid_loss(loss_param, "loss_weight: 3"), [x, t])
+    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -32,7 +32,7 @@ def test_forward(shape, axis):
                                rtol=1e-5, atol=1e-7)
 
 
-def test_large_inputs_are_stable():
+def test_large_inputs_are_stable(engine):
     x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0]])
     layer, bottom, top = set_up(softmax(), [x])
     layer.forward(bottom, top)
@@ -46,7 +46,7 @@ def test_gradient(shape, axis):
     check_gradient(layer, bottom, top)
 
 
-def test_in_place():
+def test_in_place(engine):
     x = np.random.default_rng(2).normal(size=(3, 4, 2))
     dy = np.random.default_rng(3).normal(size=(3, 4, 2))
     layer, bottom, top = set_up(softmax(), [x])
@@ -71,3 +71,19 @@ def test_bad_axis():
 def test_needs_one_bottom():
     with pytest.raises(CaffeError, match='"prob".*exactly 1 bottom'):
         set_up(softmax(), [np.ones(2), np.ones(2)])
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, axis", CASES)
+def test_gpu_matches_cpu(shape, axis):
+    from tests.gpu_helpers import compare_layer_modes
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=2, size=shape)
+    compare_layer_modes(softmax(axis), [x], top_diffs=[rng.normal(size=shape)])
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4), 1), ((3, 2, 2), 2)])
+def test_gpu_gradient(gpu_mode, shape, axis):
+    x = np.random.default_rng(5).normal(size=shape)
+    layer, bottom, top = set_up(softmax(axis), [x])
+    check_gradient(layer, bottom, top)

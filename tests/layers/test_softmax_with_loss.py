@@ -84,7 +84,7 @@ def test_default_is_valid():
     run((6, 4), 1, "ignore_label: 2", 2, "VALID")
 
 
-def test_all_ignored_gives_zero_loss_and_gradient():
+def test_all_ignored_gives_zero_loss_and_gradient(engine):
     x = np.random.default_rng(0).normal(size=(3, 4))
     layer, bottom, top = set_up(loss_layer("ignore_label: 7"), [x, np.full(3, 7.0)])
     layer.forward(bottom, top)
@@ -93,14 +93,14 @@ def test_all_ignored_gives_zero_loss_and_gradient():
     np.testing.assert_array_equal(bottom[0].diff, 0)
 
 
-def test_certain_wrong_prediction_is_clamped_by_flt_min():
+def test_certain_wrong_prediction_is_clamped_by_flt_min(engine):
     x = np.array([[0.0, 200.0]])
     layer, bottom, top = set_up(loss_layer(), [x, np.array([0.0])])
     layer.forward(bottom, top)
     np.testing.assert_allclose(top[0].data, -np.log(FLT_MIN), rtol=1e-6)
 
 
-def test_second_top_is_the_probabilities():
+def test_second_top_is_the_probabilities(engine):
     x = np.random.default_rng(0).normal(size=(2, 3, 2))
     layer, bottom, top = set_up(loss_layer(), [x, np.zeros((2, 2))], num_tops=2)
     layer.forward(bottom, top)
@@ -119,7 +119,7 @@ def test_gradient(shape, axis):
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
-def test_cannot_backpropagate_to_labels():
+def test_cannot_backpropagate_to_labels(engine):
     layer, bottom, top = set_up(loss_layer(), [np.ones((2, 3)), np.zeros(2)])
     layer.forward(bottom, top)
     with pytest.raises(CaffeError, match='"loss".*cannot backpropagate to label inputs'):
@@ -128,13 +128,13 @@ def test_cannot_backpropagate_to_labels():
 
 
 @pytest.mark.parametrize("label", [3.0, -1.0])
-def test_label_out_of_range(label):
+def test_label_out_of_range(label, engine):
     layer, bottom, top = set_up(loss_layer(), [np.ones((2, 3)), np.array([0.0, label])])
     with pytest.raises(CaffeError, match=f'"loss".*label value {int(label)} is out of range'):
         layer.forward(bottom, top)
 
 
-def test_ignored_label_may_be_out_of_range():
+def test_ignored_label_may_be_out_of_range(engine):
     layer, bottom, top = set_up(loss_layer("ignore_label: 255"),
                                 [np.zeros((2, 3)), np.array([255.0, 1.0])])
     layer.forward(bottom, top)
@@ -155,3 +155,47 @@ def test_label_count_mismatch(shapes, message):
 def test_blob_counts(num_bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"loss".*{message}'):
         set_up(loss_layer(), [np.zeros((2, 3))] * num_bottoms, num_tops)
+
+
+# --- GPU mode ----------------------------------------------------------------------------------
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
+UNWEIGHTED = "loss_weight: 0"
+
+
+@pytest.mark.parametrize("shape, axis", GEOMETRY)
+@pytest.mark.parametrize("loss_param, ignore", [
+    ("", None), ("normalization: FULL ignore_label: 1", 1),
+    ("normalization: VALID ignore_label: -1", -1), ("normalization: BATCH_SIZE", None),
+    ("normalization: NONE ignore_label: 0", 0), ("normalize: false ignore_label: 2", 2)])
+def test_gpu_matches_cpu(shape, axis, loss_param, ignore):
+    from tests.gpu_helpers import compare_layer_modes
+    canonical = axis % len(shape)
+    x = np.random.default_rng(5).normal(scale=2, size=shape)
+    labels = labels_for(shape, canonical, shape[canonical], 6, ignore, 0.3)
+    compare_layer_modes(loss_layer(loss_param, axis, UNWEIGHTED), [x, labels],
+                        top_diffs=[np.float32(1.5)], propagate_down=[True, False])
+
+
+def test_gpu_second_top():
+    from tests.gpu_helpers import compare_layer_modes
+    x = np.random.default_rng(7).normal(size=(2, 3, 2))
+    labels = np.array([[0.0, 2.0], [1.0, 1.0]])
+    compare_layer_modes(loss_layer(extra=f"{UNWEIGHTED} {UNWEIGHTED}"), [x, labels],
+                        num_tops=2, top_diffs=[np.float32(3.0), np.zeros((2, 3, 2))],
+                        propagate_down=[True, False])
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((2, 4, 3), 2)])
+def test_gpu_gradient(gpu_mode, shape, axis):
+    canonical = axis % len(shape)
+    x = np.random.default_rng(8).normal(size=shape)
+    labels = labels_for(shape, canonical, shape[canonical], 9, 0, 0.3)
+    layer, bottom, top = set_up(loss_layer("ignore_label: 0", axis, "loss_weight: 2"),
+                                [x, labels])
+    check_gradient(layer, bottom, top, check_bottom=[0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gpu_loss_matches_reference(gpu_mode, mode):
+    run((2, 4, 3), 1, f"normalization: {mode} ignore_label: 1", 1, mode)
