@@ -9,11 +9,19 @@ indices, or the values with ``out_max_val``.
 Ranking is Caffe's partial_sort of (value, index) pairs with greater<>: larger values first
 and, between equal values, the larger index first. Indices are stored as floats. There is no
 backward pass.
+
+GPU mode: one thread per ranked row (instance, or position along the other axes) selects the
+top_k pairs in that order, one pass over the row per k.
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.views import layer_axis
+
+# What the GPU kernel writes: with an axis, indices or values; without, indices (and values).
+AXIS_INDICES, AXIS_VALUES, FLAT_INDICES, FLAT_BOTH = range(4)
 
 
 def top_k_indices(values, k):
@@ -85,5 +93,51 @@ class ArgMaxLayer(Layer):
         if any(propagate_down):
             raise self.error("ArgMax layer has no backward pass (Not Implemented)")
 
+    def forward_gpu(self, bottom, top):
+        source = bottom[0]
+        if self.has_axis:
+            outer, dim = source.count(0, self.axis), source.shape[self.axis]
+            inner = source.count(self.axis + 1)
+            mode = AXIS_VALUES if self.out_max_val else AXIS_INDICES
+        else:
+            outer, dim, inner = source.shape[0], source.count(1), 1
+            mode = FLAT_BOTH if self.out_max_val else FLAT_INDICES
+        launch(_top_k_kernel, outer * inner, source.gpu_data_for_reading(), dim, inner,
+               self.top_k, mode, top[0].gpu_data)
+
+    backward_gpu = backward_cpu  # nothing to compute; only the error for a requested gradient
+
     def allow_force_backward(self, bottom_index):
         return False
+
+
+@cuda.jit
+def _top_k_kernel(n, x, dim, inner, top_k, mode, y):
+    """Row (o, i) of x viewed as (outer, dim, inner): its top_k (value, index) pairs, larger
+    value first and then larger index, each found as the best pair ranked below the last."""
+    for row in range(cuda.grid(1), n, cuda.gridsize(1)):
+        outer = row // inner
+        start = outer * dim * inner + row % inner
+        last_value = np.float32(0)
+        last_j = -1
+        for k in range(top_k):
+            best_value = np.float32(0)
+            best_j = -1
+            for j in range(dim):
+                value = x[start + j * inner]
+                if k > 0 and not (value < last_value or (value == last_value and j < last_j)):
+                    continue
+                if best_j < 0 or value > best_value or value == best_value:
+                    best_value = value
+                    best_j = j
+            if mode == AXIS_INDICES:
+                y[(outer * top_k + k) * inner + row % inner] = best_j
+            elif mode == AXIS_VALUES:
+                y[(outer * top_k + k) * inner + row % inner] = best_value
+            elif mode == FLAT_INDICES:
+                y[outer * top_k + k] = best_j
+            else:
+                y[outer * 2 * top_k + k] = best_j
+                y[outer * 2 * top_k + top_k + k] = best_value
+            last_value = best_value
+            last_j = best_j

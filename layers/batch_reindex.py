@@ -6,10 +6,16 @@ bottom[1] is a 1-axis blob of K indices into bottom[0]'s first axis (floats, tru
     backward:  d bottom0 = 0,  d bottom0[idx_k] += d top[k]   (repeated indices accumulate)
 
 The indices receive no gradient.
+
+GPU mode checks the indices on the host (a read of the small index blob, as Caffe reads them
+on the CPU too) and copies on the device: forward gathers rows; backward gathers too, one
+thread per bottom element adding the top rows that point at its row in order (the indices
+sorted on the device, ``kernels/cuda/copy.py``), so repeated indices need no atomics.
 """
 import numpy as np
 
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import copy
 
 
 @register("BatchReindex")
@@ -18,6 +24,9 @@ class BatchReindexLayer(Layer):
 
     exact_num_bottom = 2
     exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        self._row_order = copy.RowOrder()  # the device path's index sort (backward)
 
     def reshape(self, bottom, top):
         if bottom[1].num_axes != 1:
@@ -28,7 +37,7 @@ class BatchReindexLayer(Layer):
         top[0].reshape((bottom[1].shape[0],) + bottom[0].shape[1:])
 
     def _indices(self, bottom):
-        values, batch = bottom[1].flat_data, bottom[0].shape[0]
+        values, batch = bottom[1].read_data().ravel(), bottom[0].shape[0]
         if (values < 0).any():
             raise self.error("Index specified for reindex layer was negative.")
         if (values >= batch).any():
@@ -51,3 +60,20 @@ class BatchReindexLayer(Layer):
 
     def allow_force_backward(self, bottom_index):
         return bottom_index == 0
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        self._indices(bottom)  # the range check
+        copy.gather_rows(bottom[1].gpu_data_for_reading(), bottom[1].count(),
+                         bottom[0].shape[0], bottom[0].count(1), bottom[0].gpu_data_for_reading(),
+                         top[0].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[1]:
+            raise self.error("Cannot backprop to index.")
+        if not propagate_down[0]:
+            return
+        self._row_order.gather_add_rows(bottom[1].gpu_data_for_reading(), bottom[1].count(),
+                                        bottom[0].shape[0], bottom[0].count(1),
+                                        top[0].gpu_diff_for_reading(), bottom[0].gpu_diff,
+                                        accumulate=False)

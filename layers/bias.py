@@ -10,12 +10,19 @@ axes [axis, axis + b.num_axes); bottom[0] is viewed as (outer, bias_dim, inner) 
 A learnable bias has the shape bottom[0].shape[axis:axis + num_axes] (num_axes -1: to the end)
 and is filled by ``filler`` (default constant 0); its gradient accumulates, while a bias given
 as bottom[1] has its diff overwritten. In-place computation is allowed.
+
+GPU mode: forward is one thread per element; the bias gradient gathers without atomics in
+two fixed-order passes, in float64 as on the CPU: one thread per (o, d) sums over i, then
+one thread per d sums those over o (``BroadcastGradient``, which Scale uses too).
 """
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.views import layer_axis
 
 
@@ -67,6 +74,7 @@ class BiasLayer(Layer):
             self.blobs = [Blob(shape)]
             fill(self.blobs[0], p.filler, self.name)
         self.param_propagate_down = [True] * len(self.blobs)
+        self._gpu_gradient = BroadcastGradient()
 
     def _bias(self, bottom):
         return bottom[1] if len(bottom) > 1 else self.blobs[0]
@@ -93,3 +101,79 @@ class BiasLayer(Layer):
             bottom[1].flat_diff[...] = dy.sum(axis=2).sum(axis=0, dtype=np.float64)
         if propagate_down[0] and bottom[0] is not top[0]:
             bottom[0].diff[...] = top[0].diff
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        outer, dim, inner = self.dims
+        broadcast(bottom[0].gpu_data_for_reading(), self._bias(bottom).gpu_data_for_reading(),
+                  dim, inner, False, top[0].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        dy = top[0].gpu_diff_for_reading()
+        learnable = len(bottom) == 1
+        if learnable and self.param_propagate_down[0]:
+            self._gpu_gradient.run(self.dims, dy, None, self.blobs[0].gpu_diff, True)
+        elif not learnable and propagate_down[1]:
+            self._gpu_gradient.run(self.dims, dy, None, bottom[1].gpu_diff, False)
+        if propagate_down[0] and bottom[0] is not top[0]:
+            memory.copy(dy, bottom[0].gpu_diff)
+
+
+def broadcast(x, operand, dim, inner, multiply, y):
+    """y (outer, dim, inner) = x * operand[d] (``multiply``) or x + operand[d]; y may be x."""
+    launch(_broadcast_kernel, y.size, x, operand, dim, inner, bool(multiply), y)
+
+
+class BroadcastGradient:
+    """out[d] (+)= sum over (o, i) of dy[o, d, i] (times x[o, d, i] when given), gathered in
+    two passes through a float64 buffer of outer * dim partial sums (grown on demand)."""
+
+    def __init__(self):
+        self._partials = None
+
+    def run(self, dims, dy, x, out, accumulate):
+        outer, dim, inner = dims
+        if dim == 0:
+            return
+        if self._partials is None or self._partials.size < max(outer * dim, 1):
+            self._partials = memory.empty(max(outer * dim, 1), np.float64)
+        partials = self._partials
+        launch(_inner_sums_kernel, outer * dim, dy, dy if x is None else x, x is not None,
+               inner, partials)
+        launch(_outer_sums_kernel, dim, partials, outer, bool(accumulate), out)
+
+
+@cuda.jit
+def _broadcast_kernel(n, x, operand, dim, inner, multiply, y):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = operand[(index // inner) % dim]
+        if multiply:
+            y[index] = x[index] * value
+        else:
+            y[index] = x[index] + value
+
+
+@cuda.jit
+def _inner_sums_kernel(n, dy, x, use_x, inner, partials):
+    """partials[r] = sum_i dy[r, i] (* x[r, i]) for r = o * dim + d, in float64."""
+    for row in range(cuda.grid(1), n, cuda.gridsize(1)):
+        total = 0.0
+        start = row * inner
+        for i in range(start, start + inner):
+            if use_x:
+                total += np.float64(dy[i] * x[i])
+            else:
+                total += np.float64(dy[i])
+        partials[row] = total
+
+
+@cuda.jit
+def _outer_sums_kernel(n, partials, outer, accumulate, out):
+    """out[d] = (out[d] if accumulate) + sum_o partials[o * n + d], rounded to float32 once."""
+    for d in range(cuda.grid(1), n, cuda.gridsize(1)):
+        total = 0.0
+        for o in range(outer):
+            total += partials[o * n + d]
+        if accumulate:
+            total += np.float64(out[d])
+        out[d] = np.float32(total)

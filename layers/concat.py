@@ -6,8 +6,11 @@ With the bottoms viewed as (outer, n_i, inner) around the concat axis,
     bottom_i.diff = top.diff[:, offset_i : offset_i + n_i, :]   (backward)
 
 All other dimensions must agree. With a single bottom the top shares its data and diff.
+
+GPU mode: one strided block copy per bottom, each way (``kernels/cuda/copy.py``).
 """
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import copy
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
 
@@ -73,3 +76,36 @@ class ConcatLayer(Layer):
             if down:
                 three_axis_view(blob.diff, self._axis)[...] = grad[:, offset:offset + n, :]
             offset += n
+
+    # --- GPU ---------------------------------------------------------------------------
+    def _blocks(self, bottom):
+        """(bottom index, its size on the axis, its offset in the top) per bottom."""
+        offset = 0
+        for i, blob in enumerate(bottom):
+            n = blob.shape[self._axis]
+            yield i, n, offset
+            offset += n
+
+    def forward_gpu(self, bottom, top):
+        if len(bottom) == 1:
+            return
+        outer, total, inner = outer_axis_inner(top[0], self._axis)
+        out = top[0].gpu_data
+        for i, n, offset in self._blocks(bottom):
+            copy.copy_block(bottom[i].gpu_data_for_reading(), out, outer, n, inner, n, 0,
+                            total, offset)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if len(bottom) == 1:
+            return
+        outer, total, inner = outer_axis_inner(top[0], self._axis)
+        grad = top[0].gpu_diff_for_reading()
+        for i, n, offset in self._blocks(bottom):
+            if propagate_down[i]:
+                copy.copy_block(grad, bottom[i].gpu_diff, outer, n, inner, total, offset, n,
+                                0)
+
+
+def outer_axis_inner(blob, axis):
+    """(count before axis, shape[axis], count after axis) of ``blob``."""
+    return blob.count(0, axis), blob.shape[axis], blob.count(axis + 1)

@@ -8,8 +8,12 @@ before ``axis`` are kept whole:
     backward:  dx = 0 everywhere, dx[..., o_a : o_a + s_a, ...] = dy
 
 bottom[1] only supplies a shape and never receives a gradient.
+
+GPU mode: a strided copy of the window each way (``kernels/cuda/copy.py``); backward zeroes
+the bottom diff first, as Caffe does.
 """
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import copy, memory
 from pycaffe_cli.layers.views import layer_axis
 
 
@@ -60,3 +64,24 @@ class CropLayer(Layer):
 
     def allow_force_backward(self, bottom_index):
         return bottom_index == 0
+
+    # --- GPU ---------------------------------------------------------------------------
+    def _window(self, bottom, top):
+        """(window shape, its start in the bottom, bottom strides, top strides)."""
+        strides = copy.contiguous_strides(bottom[0].shape)
+        start = sum(s.start * stride for s, stride in zip(self.slices, strides))
+        return top[0].shape, start, strides, copy.contiguous_strides(top[0].shape)
+
+    def forward_gpu(self, bottom, top):
+        shape, start, strides, top_strides = self._window(bottom, top)
+        copy.strided_copy(shape, bottom[0].gpu_data_for_reading(), start, strides,
+                          top[0].gpu_data, 0, top_strides)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        shape, start, strides, top_strides = self._window(bottom, top)
+        diff = bottom[0].gpu_diff
+        memory.fill(diff, 0)
+        copy.strided_copy(shape, top[0].gpu_diff_for_reading(), 0, top_strides, diff, start,
+                          strides)

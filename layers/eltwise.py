@@ -6,10 +6,19 @@
 * MAX:  top = max_i b_i;  d b_i = d top where b_i was the max, else 0. The argmax is Caffe's:
   between bottoms 0 and 1 a tie goes to bottom 1 (``b0 > b1`` picks 0), and from bottom 2 on a
   later bottom wins only if strictly larger.
+
+GPU mode runs the same float32 operations in the same order on the device, one launch per
+bottom (the kernels below and ``kernels/cuda/math.py``); MAX keeps the winning bottom index in
+a float32 device buffer.
 """
 import numpy as np
+from numba import cuda
 
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import math as gpu_math
+from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 SUM = caffe_pb2.EltwiseParameter.SUM
@@ -37,6 +46,7 @@ class EltwiseLayer(Layer):
         self._coeffs = coeff if (self._op == SUM and coeff) else [1.0] * len(bottom)
         self._stable_prod_grad = param.stable_prod_grad
         self._max_index = None
+        self._gpu_max_index = Blob()  # the device path's argmax (bottom index as a float)
 
     def reshape(self, bottom, top):
         for i, blob in enumerate(bottom[1:], start=1):
@@ -48,6 +58,8 @@ class EltwiseLayer(Layer):
         if self._op == MAX and (self._max_index is None
                                 or self._max_index.shape != bottom[0].shape):
             self._max_index = np.zeros(bottom[0].shape, np.int32)
+        if self._op == MAX:
+            self._gpu_max_index.reshape_like(bottom[0])
 
     # --- forward ---------------------------------------------------------------------
     def forward_cpu(self, bottom, top):
@@ -107,3 +119,92 @@ class EltwiseLayer(Layer):
         for data in others[1:]:
             result *= data
         return result
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        n = top[0].count()
+        out = top[0].gpu_data
+        data = [blob.gpu_data_for_reading() for blob in bottom]
+        if self._op == SUM:
+            c = [np.float32(value) for value in self._coeffs]
+            launch(_weighted_sum_kernel, n, c[0], data[0], c[1], data[1], out)
+            for i in range(2, len(bottom)):
+                launch(_weighted_sum_kernel, n, np.float32(1), out, c[i], data[i], out)
+        elif self._op == PROD:
+            gpu_math.mul(n, data[0], data[1], out)
+            for x in data[2:]:
+                gpu_math.mul(n, out, x, out)
+        else:
+            index = self._gpu_max_index.gpu_data
+            launch(_max_first_kernel, n, data[0], data[1], out, index)
+            for i in range(2, len(bottom)):
+                launch(_max_next_kernel, n, data[i], np.float32(i), out, index)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        n = top[0].count()
+        top_diff = top[0].gpu_diff_for_reading()
+        for i, blob in enumerate(bottom):
+            if not propagate_down[i]:
+                continue
+            diff = blob.gpu_diff
+            if self._op == SUM:
+                c = self._coeffs[i]
+                if c == 1.0:
+                    memory.copy(top_diff, diff)
+                else:
+                    gpu_math.axpby(n, c, top_diff, 0.0, diff)
+            elif self._op == PROD:
+                self._prod_grad_gpu(i, top, bottom, diff)
+                gpu_math.mul(n, diff, top_diff, diff)
+            else:
+                launch(_max_backward_kernel, n, self._gpu_max_index.gpu_data_for_reading(),
+                       np.float32(i), top_diff, diff)
+
+    def _prod_grad_gpu(self, i, top, bottom, out):
+        """out = d top / d b_i, as ``_prod_grad`` computes it."""
+        n = top[0].count()
+        if not self._stable_prod_grad:
+            gpu_math.div(n, top[0].gpu_data_for_reading(), bottom[i].gpu_data_for_reading(),
+                         out)
+            return
+        others = [blob.gpu_data_for_reading() for j, blob in enumerate(bottom) if j != i]
+        memory.copy(others[0], out)
+        for data in others[1:]:
+            gpu_math.mul(n, out, data, out)
+
+
+@cuda.jit
+def _weighted_sum_kernel(n, a, x, b, y, out):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        out[index] = a * x[index] + b * y[index]
+
+
+@cuda.jit
+def _max_first_kernel(n, x0, x1, out, max_index):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        first = x0[index]
+        second = x1[index]
+        if first > second:
+            out[index] = first
+            max_index[index] = 0
+        else:
+            out[index] = second
+            max_index[index] = 1
+
+
+@cuda.jit
+def _max_next_kernel(n, x, which, out, max_index):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = x[index]
+        if value > out[index]:
+            out[index] = value
+            max_index[index] = which
+
+
+@cuda.jit
+def _max_backward_kernel(n, max_index, which, top_diff, diff):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if max_index[index] == which:
+            diff[index] = top_diff[index]
+        else:
+            diff[index] = 0

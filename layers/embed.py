@@ -8,12 +8,22 @@ InnerProduct) and bias b (num_output):
     backward:  dW[x_m, :] += dy[m, :];   db += sum_m dy[m, :]
 
 The indices receive no gradient.
+
+GPU mode gathers the weight rows on the device. The weight gradient gathers too, without
+atomics: the indices are sorted on the device and one thread per weight element adds the
+top diffs of the indices that name its row, in order (``kernels/cuda/copy.py``); the bias
+gradient is Bias's column-sum gather. Out-of-range indices are caught on the host when the
+host copy of the indices is current (fed from the host: no copy back needed); indices made on
+the device are not read back, and a bad one gives a zero row (plus bias) and no gradient.
 """
 import numpy as np
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.bias import BroadcastGradient
+from pycaffe_cli.layers.kernels.cuda import copy, layout
+from pycaffe_cli.synced_memory import Head
 
 
 @register("Embed")
@@ -39,6 +49,8 @@ class EmbedLayer(Layer):
                 self.blobs.append(Blob((self.num_output,)))
                 fill(self.blobs[1], p.bias_filler, self.name)
         self.param_propagate_down = [True] * len(self.blobs)
+        self._row_order = copy.RowOrder()
+        self._gpu_bias_gradient = BroadcastGradient()
 
     def _check_given_blobs(self):
         wanted = [(self.input_dim, self.num_output)] + ([(self.num_output,)]
@@ -53,10 +65,11 @@ class EmbedLayer(Layer):
         top[0].reshape(bottom[0].shape + (self.num_output,))
 
     def _indices(self, bottom):
-        index = bottom[0].flat_data.astype(np.int64)
+        values = bottom[0].read_data().ravel()
+        index = values.astype(np.int64)
         bad = (index < 0) | (index >= self.input_dim)
         if bad.any():
-            value = bottom[0].flat_data[np.argmax(bad)]
+            value = values[np.argmax(bad)]
             raise self.error(f"index {value:g} in the bottom is out of range for input_dim "
                              f"{self.input_dim} (indices must lie in [0, {self.input_dim}))")
         return index
@@ -80,3 +93,26 @@ class EmbedLayer(Layer):
 
     def allow_force_backward(self, bottom_index):
         return False
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        if bottom[0].data_memory.head in (Head.AT_CPU, Head.SYNCED):
+            self._indices(bottom)  # the range check, free while the host copy is current
+        m, n = bottom[0].count(), self.num_output
+        y = top[0].gpu_data
+        copy.gather_rows(bottom[0].gpu_data_for_reading(), m, self.input_dim, n,
+                         self.blobs[0].gpu_data_for_reading(), y)
+        if self.bias_term:
+            layout.add_channel_bias(y, m, n, 1, self.blobs[1].gpu_data_for_reading())
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            raise self.error("Can't backpropagate to EmbedLayer input.")
+        m, n = bottom[0].count(), self.num_output
+        dy = top[0].gpu_diff_for_reading()
+        if self.param_propagate_down[0]:
+            self._row_order.gather_add_rows(bottom[0].gpu_data_for_reading(), m,
+                                            self.input_dim, n, dy, self.blobs[0].gpu_diff,
+                                            accumulate=True)
+        if self.bias_term and self.param_propagate_down[1]:
+            self._gpu_bias_gradient.run((m, n, 1), dy, None, self.blobs[1].gpu_diff, True)

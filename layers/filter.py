@@ -9,10 +9,16 @@ N) gives top i holding the kept items in order:
 As in Caffe, the tops have the full batch size right after setup (so the net's memory
 estimate covers the worst case) and the kept count from the first forward on. The selector
 receives no gradient.
+
+GPU mode reads the selector on the host (in reshape, as Caffe does), sends the kept indices
+to the device, and gathers the rows there; backward gathers each bottom row's diff (zero
+where not kept) with ``kernels/cuda/copy.py``'s index gather.
 """
 import numpy as np
 
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import copy
 
 
 @register("Filter")
@@ -29,6 +35,8 @@ class FilterLayer(Layer):
                              f"{len(top)} tops")
         self._first_reshape = True
         self._selector_index = len(bottom) - 1
+        self._gpu_kept = Blob()  # the kept indices, for the device path
+        self._row_order = copy.RowOrder()
 
     def reshape(self, bottom, top):
         selector = bottom[-1]
@@ -40,7 +48,7 @@ class FilterLayer(Layer):
                 raise self.error(f"Each bottom should have the same 0th dimension as the "
                                  f"selector blob: bottom[{i}] is {blob.shape_string()}, the "
                                  f"selector {selector.shape_string()}")
-        self.kept = np.flatnonzero(selector.flat_data)
+        self.kept = np.flatnonzero(selector.read_data().ravel())
         count = len(self.kept)
         if self._first_reshape:
             count, self._first_reshape = selector.shape[0], False
@@ -63,3 +71,24 @@ class FilterLayer(Layer):
 
     def allow_force_backward(self, bottom_index):
         return bottom_index != self._selector_index
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        count = len(self.kept)
+        self._gpu_kept.reshape((count,))
+        self._gpu_kept.data[...] = self.kept
+        index = self._gpu_kept.gpu_data_for_reading()
+        for blob, out in zip(bottom[:-1], top):
+            copy.gather_rows(index, count, blob.shape[0], blob.count(1),
+                             blob.gpu_data_for_reading(), out.gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[-1]:
+            raise self.error("Filter layer cannot backpropagate to filter index inputs "
+                             "(the selector)")
+        index = self._gpu_kept.gpu_data_for_reading()
+        for i, out in enumerate(top):
+            if propagate_down[i]:
+                self._row_order.gather_add_rows(index, len(self.kept), bottom[i].shape[0],
+                                                bottom[i].count(1), out.gpu_diff_for_reading(),
+                                                bottom[i].gpu_diff, accumulate=False)

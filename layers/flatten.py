@@ -3,7 +3,8 @@
     top.shape = bottom.shape[:axis] + (prod(bottom.shape[axis:end_axis + 1]),)
                 + bottom.shape[end_axis + 1:]
 
-The top shares the bottom's data and diff, so forward and backward copy nothing.
+The top shares the bottom's data and diff, so forward and backward copy nothing,
+in GPU mode as in CPU mode.
 """
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.views import layer_axis
@@ -36,3 +37,9 @@ class FlattenLayer(Layer):
 
     def backward_cpu(self, top, propagate_down, bottom):
         """Nothing to do: the bottom aliases the top's diff."""
+
+    def forward_gpu(self, bottom, top):
+        """Nothing to do on the device either: the top aliases the bottom's data."""
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        """Nothing to do on the device either: the bottom aliases the top's diff."""

@@ -2,7 +2,8 @@
 
 Tops take their shapes from ``input_param.shape`` (one shape for every top, or one per top);
 the caller writes the data. Forward does nothing and Reshape keeps whatever shape the tops
-have, so a caller may reshape an input blob and then reshape the net.
+have, so a caller may reshape an input blob and then reshape the net. GPU mode has nothing to
+do either.
 """
 from pycaffe_cli.layers.base import Layer, register
 
@@ -28,3 +29,9 @@ class InputLayer(Layer):
 
     def forward_cpu(self, bottom, top):
         """The caller fills the tops; nothing to compute."""
+
+    def forward_gpu(self, bottom, top):
+        """The caller fills the tops (on the host or the device); nothing to compute."""
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        """Inputs take no gradient."""

@@ -2,7 +2,7 @@
 
 The blob has ``parameter_param.shape`` and starts at zero (no filler, as in Caffe). The top
 shares the blob's data and diff, so whatever the consumers write into the top's diff is the
-blob's gradient; forward and backward copy nothing.
+blob's gradient; forward and backward copy nothing (in GPU mode too).
 """
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
@@ -37,4 +37,10 @@ class ParameterLayer(Layer):
         self._share(top)
 
     def backward_cpu(self, top, propagate_down, bottom):
+        """Nothing to do: the top's diff is the blob's diff."""
+
+    def forward_gpu(self, bottom, top):
+        self._share(top)  # touches no data, so the blob stays where it is
+
+    def backward_gpu(self, top, propagate_down, bottom):
         """Nothing to do: the top's diff is the blob's diff."""

@@ -7,7 +7,8 @@ reshape_param.shape replaces the bottom axes [axis, axis + num_axes) (all axes b
 * any other dimension is taken as given.
 
 A negative ``axis`` counts from the end, with -1 meaning "after the last axis"
-(``start = num_axes + axis + 1``). The top shares the bottom's data and diff.
+(``start = num_axes + axis + 1``). The top shares the bottom's data and diff,
+so forward and backward copy nothing, in GPU mode as in CPU mode.
 """
 from pycaffe_cli.layers.base import Layer, register
 
@@ -93,3 +94,9 @@ class ReshapeLayer(Layer):
 
     def backward_cpu(self, top, propagate_down, bottom):
         """Nothing to do: the bottom aliases the top's diff."""
+
+    def forward_gpu(self, bottom, top):
+        """Nothing to do on the device either: the top aliases the bottom's data."""
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        """Nothing to do on the device either: the bottom aliases the top's diff."""

@@ -12,13 +12,19 @@ end) and is filled by ``filler`` (default constant 1). With ``bias_term`` an int
 layer (axis, num_axes = the scale's axes, ``bias_filler``) adds the bias in place on the top;
 its blob is this layer's last blob. Learnable gradients accumulate; a scale given as bottom[1]
 has its diff overwritten. In-place computation is allowed (the bottom is saved for backward).
+
+GPU mode: the same steps on the device with Bias's kernels (``broadcast``, and
+``BroadcastGradient`` for the scale's gradient, gathered without atomics); in place the
+bottom is saved in a device buffer.
 """
 import numpy as np
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.bias import BiasLayer, broadcast_dims, broadcast_param_shape
+from pycaffe_cli.layers.bias import (BiasLayer, BroadcastGradient, broadcast, broadcast_dims,
+                                     broadcast_param_shape)
+from pycaffe_cli.layers.kernels.cuda import memory
 from pycaffe_cli.proto import caffe_pb2
 
 
@@ -47,6 +53,8 @@ class ScaleLayer(Layer):
         self._bias_layer = self._make_bias_layer(bottom, top) if p.bias_term else None
         self.param_propagate_down = [True] * len(self.blobs)
         self._saved_bottom = None
+        self._gpu_saved_bottom = Blob()  # the device path's copy of an in-place bottom
+        self._gpu_gradient = BroadcastGradient()
 
     def _make_bias_layer(self, bottom, top):
         p = self.param.scale_param
@@ -74,6 +82,8 @@ class ScaleLayer(Layer):
                                    self.param.scale_param.axis, "scale")
         if top[0] is not bottom[0]:
             top[0].reshape_like(bottom[0])
+        else:
+            self._gpu_saved_bottom.reshape_like(bottom[0])
         if self._bias_layer is not None:
             self._bias_layer.reshape([top[0]], top)
 
@@ -106,3 +116,28 @@ class ScaleLayer(Layer):
         if propagate_down[0]:
             np.multiply(dy, scale.data.reshape(1, dim, 1),
                         out=bottom[0].diff.reshape(outer, dim, inner))
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        outer, dim, inner = self.dims
+        x = bottom[0].gpu_data_for_reading()
+        if top[0] is bottom[0]:
+            memory.copy(x, self._gpu_saved_bottom.gpu_data)
+        broadcast(x, self._scale(bottom).gpu_data_for_reading(), dim, inner, True,
+                  top[0].gpu_data)
+        if self._bias_layer is not None:
+            self._bias_layer.forward_gpu([top[0]], top)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if self._bias_layer is not None and self.param_propagate_down[-1]:
+            self._bias_layer.backward_gpu(top, [False], [top[0]])
+        outer, dim, inner = self.dims
+        dy = top[0].gpu_diff_for_reading()
+        scale = self._scale(bottom)
+        learnable = len(bottom) == 1
+        if (self.param_propagate_down[0] if learnable else propagate_down[1]):
+            x = (self._gpu_saved_bottom if top[0] is bottom[0] else bottom[0])
+            self._gpu_gradient.run(self.dims, dy, x.gpu_data_for_reading(), scale.gpu_diff,
+                                   learnable)
+        if propagate_down[0]:
+            broadcast(dy, scale.gpu_data_for_reading(), dim, inner, True, bottom[0].gpu_diff)

@@ -2,8 +2,11 @@
 (Caffe's SilenceLayer). No tops; forward does nothing; backward writes zero gradients:
 
     bottom_i.diff = 0   for every bottom that needs a gradient
+
+GPU mode zeroes the diffs on the device.
 """
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import memory
 
 
 @register("Silence", v1="SILENCE")
@@ -23,3 +26,11 @@ class SilenceLayer(Layer):
         for blob, down in zip(bottom, propagate_down):
             if down:
                 blob.diff[...] = 0
+
+    def forward_gpu(self, bottom, top):
+        """Nothing to compute."""
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        for blob, down in zip(bottom, propagate_down):
+            if down:
+                memory.fill(blob.gpu_diff, 0)

@@ -8,9 +8,12 @@ p_1 < ... < p_{K-1} (p_0 = 0, p_K = n):
 
 Without slice points the axis is split into K equal parts. A single top shares the bottom's
 data and diff.
+
+GPU mode: one strided block copy per top, each way (``kernels/cuda/copy.py``).
 """
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.concat import legacy_axis
+from pycaffe_cli.layers.concat import legacy_axis, outer_axis_inner
+from pycaffe_cli.layers.kernels.cuda import copy
 from pycaffe_cli.layers.views import three_axis_view
 
 
@@ -77,3 +80,29 @@ class SliceLayer(Layer):
             n = blob.shape[self._axis]
             grad[:, offset:offset + n, :] = three_axis_view(blob.diff, self._axis)
             offset += n
+
+    # --- GPU ---------------------------------------------------------------------------
+    def _blocks(self, top):
+        """(top index, its size on the axis, its offset in the bottom) per top."""
+        offset = 0
+        for i, blob in enumerate(top):
+            n = blob.shape[self._axis]
+            yield i, n, offset
+            offset += n
+
+    def forward_gpu(self, bottom, top):
+        if len(top) == 1:
+            return
+        outer, total, inner = outer_axis_inner(bottom[0], self._axis)
+        source = bottom[0].gpu_data_for_reading()
+        for i, n, offset in self._blocks(top):
+            copy.copy_block(source, top[i].gpu_data, outer, n, inner, total, offset, n, 0)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0] or len(top) == 1:
+            return
+        outer, total, inner = outer_axis_inner(bottom[0], self._axis)
+        grad = bottom[0].gpu_diff
+        for i, n, offset in self._blocks(top):
+            copy.copy_block(top[i].gpu_diff_for_reading(), grad, outer, n, inner, n, 0, total,
+                            offset)

@@ -4,10 +4,15 @@ The net inserts Split layers wherever one top feeds several bottoms. Every top s
 bottom's data (no copy); the gradients of the consumers are summed into the bottom:
 
     bottom.diff = top[0].diff + top[1].diff + ... + top[K-1].diff
+
+GPU mode: forward shares as on the CPU; backward adds the top diffs on the device, in the
+same order.
 """
 import numpy as np
 
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import math as gpu_math
+from pycaffe_cli.layers.kernels.cuda import memory
 
 
 @register("Split", v1="SPLIT")
@@ -41,3 +46,19 @@ class SplitLayer(Layer):
         np.add(top[0].flat_diff, top[1].flat_diff, out=out)
         for blob in top[2:]:
             np.add(out, blob.flat_diff, out=out)
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        self.forward_cpu(bottom, top)  # only shares: touches no data
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        out = bottom[0].gpu_diff
+        if len(top) == 1:
+            memory.copy(top[0].gpu_diff_for_reading(), out)
+            return
+        n = bottom[0].count()
+        gpu_math.add(n, top[0].gpu_diff_for_reading(), top[1].gpu_diff_for_reading(), out)
+        for blob in top[2:]:
+            gpu_math.add(n, out, blob.gpu_diff_for_reading(), out)

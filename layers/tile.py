@@ -4,8 +4,16 @@ With the bottom viewed as (outer, inner), outer = count(0, axis), inner = count(
 
     forward:   y[o, t, :] = x[o, :]          for t in 0..tiles-1   (top.shape[axis] *= tiles)
     backward:  dx[o, :] = sum_t dy[o, t, :]
+
+GPU mode: forward is a strided copy with a stride-0 tiles axis (``kernels/cuda/copy.py``);
+backward gathers, one thread per bottom element adding its tiles in order.
 """
+import numpy as np
+from numba import cuda
+
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import copy
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.views import layer_axis
 
 
@@ -39,3 +47,23 @@ class TileLayer(Layer):
         if propagate_down[0]:
             dy = top[0].diff.reshape(self.outer, self.tiles, self.inner)
             dy.sum(axis=1, out=bottom[0].diff.reshape(self.outer, self.inner))
+
+    # --- GPU ---------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        copy.tile(bottom[0].gpu_data_for_reading(), top[0].gpu_data, self.outer, self.tiles,
+                  self.inner)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            launch(_tile_backward_kernel, self.outer * self.inner,
+                   top[0].gpu_diff_for_reading(), self.tiles, self.inner, bottom[0].gpu_diff)
+
+
+@cuda.jit
+def _tile_backward_kernel(n, top_diff, tiles, inner, bottom_diff):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        start = (index // inner) * tiles * inner + index % inner
+        total = np.float32(0)
+        for t in range(tiles):
+            total += top_diff[start + t * inner]
+        bottom_diff[index] = total

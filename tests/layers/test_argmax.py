@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import v1_type_name
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import no_ties, set_up
 
 
@@ -57,7 +58,7 @@ def test_forward_with_axis(shape, axis, top_k, out_max_val):
 
 
 @pytest.mark.parametrize("top_k", [1, 2, 4])
-def test_ties_go_to_the_larger_index(top_k):
+def test_ties_go_to_the_larger_index(top_k, engine):
     x = np.array([[1, 3, 3, 2, 3, 0], [5, 5, 5, 5, 5, 5]], np.float32)
     layer, bottom, top = set_up(argmax(f"top_k: {top_k}"), [x])
     layer.forward(bottom, top)
@@ -65,14 +66,14 @@ def test_ties_go_to_the_larger_index(top_k):
     assert ranked(x, 4)[0].tolist() == [4, 2, 1, 3]
 
 
-def test_ties_along_an_axis():
+def test_ties_along_an_axis(engine):
     x = np.array([[[2, 7], [2, 7], [1, 7]]], np.float32)  # (1, 3, 2): ties along axis 1
     layer, bottom, top = set_up(argmax("axis: 1 top_k: 2"), [x])
     layer.forward(bottom, top)
     np.testing.assert_array_equal(top[0].data[0], [[1, 2], [0, 1]])
 
 
-def test_no_backward():
+def test_no_backward(engine):
     layer, bottom, top = set_up(argmax(), [np.zeros((2, 3))])
     assert not layer.allow_force_backward(0)
     with pytest.raises(CaffeError, match='"argmax"'):
@@ -92,3 +93,16 @@ def test_errors_name_the_layer(params, shape, message):
 
 def test_v1_name():
     assert v1_type_name("ARGMAX") == "ArgMax"
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, params", [
+    ((3, 10), ""), ((2, 3, 2, 2), "top_k: 3"), ((2, 5), "top_k: 5"),
+    ((2, 3, 4), "axis: 1 top_k: 2"), ((2, 3, 4), "axis: 0"), ((2, 3, 4), "axis: -1 top_k: 4"),
+])
+@pytest.mark.parametrize("out_max_val", [False, True])
+@pytest.mark.parametrize("tied", [False, True])
+def test_gpu_matches_cpu(shape, params, out_max_val, tied):
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 3, shape) if tied else no_ties(rng, shape)
+    compare_layer_modes(argmax(f"{params} out_max_val: {str(out_max_val).lower()}"), [x])

@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 REINDEX = 'name: "reindex" type: "BatchReindex"'
@@ -27,7 +28,7 @@ def test_forward(shape, index):
 
 
 @pytest.mark.parametrize("shape, index", CASES)
-def test_backward_accumulates(shape, index):
+def test_backward_accumulates(shape, index, engine):
     layer, bottom, top = set_up(REINDEX, [data(shape), np.array(index, np.float32)])
     layer.forward(bottom, top)
     dy = data(top[0].shape, seed=1)
@@ -64,3 +65,29 @@ def test_bad_indices_name_the_layer(index, message):
 def test_index_blob_must_be_one_axis():
     with pytest.raises(CaffeError, match='"reindex".*exactly 1 axis'):
         set_up(REINDEX, [data((3, 2)), np.zeros((2, 1))])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, index", CASES + [((3, 2), [2, 1, 0, 1, 2, 2, 0, 1, 1])])
+def test_gpu_matches_cpu(shape, index):
+    x, index = data(shape), np.array(index, np.float32)
+    dy = data((len(index),) + shape[1:], seed=1)
+    compare_layer_modes(REINDEX, [x, index], top_diffs=[dy], propagate_down=[True, False])
+
+
+def test_gpu_truncates_fractional_indices():
+    x, index = data((3, 2)), np.array([2.7, 0.2, 1.9, 2.1], np.float32)
+    compare_layer_modes(REINDEX, [x, index], top_diffs=[data((4, 2), seed=1)],
+                        propagate_down=[True, False])
+
+
+def test_gpu_bad_index_names_the_layer(gpu_mode):
+    layer, bottom, top = set_up(REINDEX, [data((3, 2)), np.array([0, 3])])
+    with pytest.raises(CaffeError, match='"reindex".*greater than batch size'):
+        layer.forward(bottom, top)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(REINDEX, [data((4, 3)), np.array([3, 0, 3, 1, 3])])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top, check_bottom=[0])

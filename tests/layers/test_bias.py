@@ -5,7 +5,9 @@ import pytest
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
+from pycaffe_cli.synced_memory import Head
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
 
 SHAPE = (2, 3, 4, 5)
@@ -128,3 +130,74 @@ def test_given_blob_is_used():
 def test_errors_name_the_layer(params, bottoms, message):
     with pytest.raises(CaffeError, match=f'"bias".*{message}'):
         set_up(bias(params), [uniform_data(shape) for shape in bottoms])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+def _in_place_run(text, bottoms, top_diff, gpu):
+    backend.set_random_seed(0)  # the same filled blobs in both runs
+    layer = create_layer(layer_param(text))
+    blobs = [blob_of(b) for b in bottoms]
+    if gpu:
+        backend.set_mode_gpu(0)
+    try:
+        layer.setup(blobs, [blobs[0]])
+        layer.forward(blobs, [blobs[0]])
+        head = blobs[0].data_memory.head
+        y = blobs[0].read_data().copy()
+        blobs[0].diff[...] = top_diff
+        for blob in layer.blobs:
+            blob.diff[...] = 0
+        layer.backward([blobs[0]], [True] * len(blobs), blobs)
+        grads = [b.read_diff().copy() for b in blobs + layer.blobs]
+    finally:
+        backend.set_mode_cpu()
+    return head, y, grads
+
+
+def compare_in_place(text, bottoms, top_diff, rtol=1e-5, atol=1e-6):
+    """Run the layer in place (top is bottom[0]) in CPU and GPU mode; assert equal results
+    and a top written on the device."""
+    _, want_y, want_grads = _in_place_run(text, bottoms, top_diff, gpu=False)
+    head, y, grads = _in_place_run(text, bottoms, top_diff, gpu=True)
+    assert head is Head.AT_GPU
+    np.testing.assert_allclose(y, want_y, rtol=rtol, atol=atol)
+    for index, (want, got) in enumerate(zip(want_grads, grads)):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"grad {index}")
+
+
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_gpu_learnable_matches_cpu(params, blob_shape, axis):
+    x, dy = uniform_data(SHAPE), uniform_data(SHAPE, seed=2)
+    compare_layer_modes(bias(FILLED + params), [x], top_diffs=[dy], seed=0)
+
+
+@pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
+def test_gpu_bottom_form_matches_cpu(params, bias_shape, axis):
+    x, b, dy = uniform_data(SHAPE), uniform_data(bias_shape, seed=1), uniform_data(SHAPE, 2)
+    compare_layer_modes(bias(params), [x, b], top_diffs=[dy])
+    compare_layer_modes(bias(params), [x, b], top_diffs=[dy], propagate_down=[False, True])
+
+
+@pytest.mark.parametrize("params, bottoms", [(FILLED + "axis: 1 num_axes: 2", [SHAPE]),
+                                             ("", [SHAPE, (3,)])])
+def test_gpu_in_place(params, bottoms):
+    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
+    compare_in_place(bias(params), xs, uniform_data(SHAPE, seed=5))
+
+
+def test_gpu_param_gradient_accumulates(gpu_mode):
+    layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2))])
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.blobs[0].diff[...] = 10
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), 14)
+
+
+@pytest.mark.parametrize("bottoms", [[SHAPE], [SHAPE, (3,)]])
+def test_gpu_gradient(bottoms, gpu_mode):
+    backend.set_random_seed(0)
+    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
+    layer, bottom, top = set_up(bias(FILLED), xs)
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 
@@ -41,7 +42,7 @@ def test_forward(params, axis, sizes):
 
 
 @pytest.mark.parametrize("params, axis, sizes", CASES)
-def test_backward(params, axis, sizes):
+def test_backward(params, axis, sizes, engine):
     xs = inputs(axis, sizes)
     layer, bottom, top = set_up(concat(params), xs)
     layer.forward(bottom, top)
@@ -101,3 +102,26 @@ def test_mismatched_num_axes():
 def test_bad_axis(params):
     with pytest.raises(CaffeError, match='"cat"'):
         set_up(concat(params), [np.ones((2, 3, 4)), np.ones((2, 3, 4))])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("params, axis, sizes", [CASES[0], CASES[1], CASES[3], CASES[4]])
+def test_gpu_matches_cpu(params, axis, sizes):
+    xs = inputs(axis, sizes, base=(2, 3, 2, 3))
+    total = list(xs[0].shape)
+    total[axis] = sum(sizes)
+    dy = np.random.default_rng(6).normal(size=total)
+    down = [i != 1 for i in range(len(xs))]
+    compare_layer_modes(concat(params), xs, top_diffs=[dy], propagate_down=down)
+
+
+def test_gpu_single_bottom_shares():
+    x = inputs(1, (3,), base=(2, 3, 2))
+    dy = np.random.default_rng(6).normal(size=x[0].shape)
+    compare_layer_modes(concat(), x, top_diffs=[dy], check_device_tops=False)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(concat("axis: 1"), inputs(1, (2, 1), base=(2, 3, 2)))
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 SOURCE = (2, 4, 5, 6)
@@ -39,7 +40,7 @@ def test_forward(params, reference, where):
 
 
 @pytest.mark.parametrize("params, reference, where", CASES)
-def test_backward_pads_zeros(params, reference, where):
+def test_backward_pads_zeros(params, reference, where, engine):
     x = data(SOURCE)
     layer, bottom, top = set_up(crop(params), [x, np.zeros(reference)])
     layer.forward(bottom, top)
@@ -79,3 +80,19 @@ def test_reshape_follows_the_reference():
 def test_errors_name_the_layer(params, reference, message):
     with pytest.raises(CaffeError, match=f'"crop".*{message}'):
         set_up(crop(params), [data(SOURCE), np.zeros(reference)])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("params, reference, where", CASES)
+def test_gpu_matches_cpu(params, reference, where):
+    x = data(SOURCE)
+    dy = data(x[where].shape, seed=1)
+    compare_layer_modes(crop(params), [x, np.zeros(reference)], top_diffs=[dy],
+                        propagate_down=[True, False])
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(crop("axis: 1 offset: 1"),
+                                [data((2, 3, 4, 4)), np.zeros((1, 1, 2, 3))])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import no_ties, set_up
 
 SHAPE = (2, 3, 4, 5)
@@ -39,7 +40,7 @@ def test_forward(n, params, reference):
     np.testing.assert_allclose(top[0].data, reference(xs), rtol=1e-6, atol=1e-6)
 
 
-def test_sum_with_coefficients():
+def test_sum_with_coefficients(engine):
     xs = inputs(3)
     layer, bottom, top = set_up(eltwise("operation: SUM coeff: 1 coeff: -0.5 coeff: 2"), xs)
     layer.forward(bottom, top)
@@ -69,7 +70,7 @@ def test_prod_gradient(stable, n):
     check_gradient(layer, bottom, top)
 
 
-def test_stable_prod_grad_handles_zeros():
+def test_stable_prod_grad_handles_zeros(engine):
     xs = [np.array([0.0, 2.0, 3.0]), np.array([5.0, 0.0, 4.0]), np.array([2.0, 3.0, 0.5])]
     layer, bottom, top = set_up(eltwise("operation: PROD"), xs)
     layer.forward(bottom, top)
@@ -86,7 +87,7 @@ def test_max_gradient(n):
     check_gradient(layer, bottom, top)
 
 
-def test_max_backward_routes_to_argmax():
+def test_max_backward_routes_to_argmax(engine):
     xs = distinct_inputs(3)
     layer, bottom, top = set_up(eltwise("operation: MAX"), xs)
     layer.forward(bottom, top)
@@ -98,7 +99,7 @@ def test_max_backward_routes_to_argmax():
     np.testing.assert_array_equal(bottom[2].diff, np.where(winner == 2, grad, 0))
 
 
-def test_max_ties_follow_caffe():
+def test_max_ties_follow_caffe(engine):
     """b0 == b1 goes to bottom 1 (Caffe tests b0 > b1); later bottoms need strictly more."""
     xs = [np.array([1.0, 2.0, 0.0]), np.array([1.0, 1.0, 3.0]), np.array([1.0, 2.0, 3.0])]
     layer, bottom, top = set_up(eltwise("operation: MAX"), xs)
@@ -111,7 +112,7 @@ def test_max_ties_follow_caffe():
     np.testing.assert_array_equal(bottom[2].diff, [0, 0, 0])
 
 
-def test_propagate_down_false_leaves_diff():
+def test_propagate_down_false_leaves_diff(engine):
     layer, bottom, top = set_up(eltwise("operation: SUM"), inputs(2))
     layer.forward(bottom, top)
     bottom[1].diff[...] = 9
@@ -137,3 +138,52 @@ def test_max_ignores_coefficients_as_caffe_does():
     layer, bottom, top = set_up(eltwise("operation: MAX coeff: 3"), xs)
     layer.forward(bottom, top)
     np.testing.assert_array_equal(top[0].data, np.maximum(*xs))
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+def tied_inputs(n, shape=(2, 3, 4), seed=0):
+    """Few distinct values, so that MAX meets ties between every pair of bottoms."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-2, 3, shape).astype(np.float32) for _ in range(n)]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("params", [
+    "operation: SUM",
+    "operation: SUM coeff: 1 coeff: -0.5 coeff: 2",
+    "operation: PROD",
+    "operation: PROD stable_prod_grad: false",
+    "operation: MAX",
+])
+def test_gpu_matches_cpu(n, params):
+    if "coeff" in params and n == 2:
+        params = "operation: SUM coeff: -1.5 coeff: 0.25"
+    xs = tied_inputs(n) if "MAX" in params else inputs(n, (2, 3, 4))
+    dy = np.random.default_rng(7).normal(size=xs[0].shape)
+    down = [True] * (n - 1) + [n == 2]
+    compare_layer_modes(eltwise(params), xs, top_diffs=[dy], propagate_down=down)
+
+
+# The simulator divides numpy scalars in its own threads, out of np.errstate's reach.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("stable", ["true", "false"])
+def test_gpu_prod_with_zeros(stable):
+    """Zeros: exact with the stable gradient, the same inf / nan as the CPU without it."""
+    xs = [np.array([0.0, 2.0, 3.0, 0.0]), np.array([5.0, 0.0, 4.0, 0.0]),
+          np.array([2.0, 3.0, 0.5, -1.0])]
+    compare_layer_modes(eltwise(f"operation: PROD stable_prod_grad: {stable}"), xs,
+                        top_diffs=[np.array([1.0, 2.0, 3.0, 4.0])])
+
+
+@pytest.mark.parametrize("params", ["operation: SUM coeff: 1 coeff: -0.5 coeff: 2",
+                                    "operation: PROD", "operation: PROD stable_prod_grad: false",
+                                    "operation: MAX"])
+def test_gpu_gradient(params, gpu_mode):
+    rng = np.random.default_rng(4)
+    if "MAX" in params:
+        xs = distinct_inputs(3, (2, 3))
+    else:  # away from zero, for the unstable PROD gradient
+        xs = [rng.uniform(0.5, 1.5, (2, 3)) * rng.choice([-1, 1], (2, 3)) for _ in range(3)]
+    layer, bottom, top = set_up(eltwise(params), xs)
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

@@ -5,6 +5,7 @@ import pytest
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 FILLERS = ('weight_filler { type: "uniform" min: -1 max: 1 } '
@@ -35,7 +36,7 @@ def test_forward(shape, bias_term):
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-6)
 
 
-def test_backward_accumulates_repeated_indices():
+def test_backward_accumulates_repeated_indices(engine):
     backend.set_random_seed(0)
     x = np.array([[1, 3, 1], [0, 1, 3]], np.float32)
     layer, bottom, top = set_up(embed("num_output: 2 input_dim: 4"), [x])
@@ -61,7 +62,7 @@ def test_gradient(bias_term):
     check_gradient(layer, bottom, top, check_bottom=[])
 
 
-def test_no_gradient_to_the_indices():
+def test_no_gradient_to_the_indices(engine):
     layer, bottom, top = set_up(embed("num_output: 2 input_dim: 3"), [indices((4,), 3)])
     assert not layer.allow_force_backward(0)
     layer.forward(bottom, top)
@@ -70,7 +71,7 @@ def test_no_gradient_to_the_indices():
 
 
 @pytest.mark.parametrize("value", [-1, 3, 7.5])
-def test_out_of_range_index_names_the_layer(value):
+def test_out_of_range_index_names_the_layer(value, engine):
     layer, bottom, top = set_up(embed("num_output: 2 input_dim: 3"), [np.array([0, value])])
     with pytest.raises(CaffeError, match='"embed".*out of range for input_dim 3'):
         layer.forward(bottom, top)
@@ -97,3 +98,37 @@ def test_wrong_given_blobs_name_the_layer():
     text = embed("num_output: 2 input_dim: 2") + " blobs { shape { dim: 3 } }"
     with pytest.raises(CaffeError, match='"embed".*given blobs'):
         set_up(text, [np.zeros(3)])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, input_dim", [((6,), 5), ((2, 7), 3), ((3, 1, 4), 20)])
+@pytest.mark.parametrize("bias_term", [True, False])
+def test_gpu_matches_cpu(shape, input_dim, bias_term):
+    x = indices(shape, input_dim)
+    x.flat[::3] += 0.75  # truncated toward zero, as static_cast
+    dy = np.random.default_rng(5).normal(size=shape + (4,))
+    text = embed(f"num_output: 4 input_dim: {input_dim} bias_term: {str(bias_term).lower()}")
+    compare_layer_modes(text, [x], top_diffs=[dy], propagate_down=[False], seed=0)
+
+
+def test_gpu_index_made_on_the_device_is_not_read_back(gpu_mode):
+    """An out-of-range index the host never saw gives the bias row and no weight gradient."""
+    backend.set_random_seed(0)
+    layer, bottom, top = set_up(embed("num_output: 2 input_dim: 3"), [np.zeros(3)])
+    bottom[0].gpu_data.copy_to_device(np.array([2, 7, -1], np.float32))
+    layer.forward(bottom, top)
+    weight, bias = layer.blobs[0].read_data(), layer.blobs[1].read_data()
+    np.testing.assert_allclose(top[0].read_data(), [weight[2] + bias, bias, bias])
+    top[0].diff[...] = 1
+    layer.backward(top, [False], bottom)
+    np.testing.assert_array_equal(layer.blobs[0].read_diff(), [[0, 0], [0, 0], [1, 1]])
+
+
+@pytest.mark.parametrize("bias_term", [True, False])
+def test_gpu_gradient(bias_term, gpu_mode):
+    backend.set_random_seed(0)
+    layer, bottom, top = set_up(embed(f"num_output: 3 input_dim: 5 "
+                                      f"bias_term: {str(bias_term).lower()}"),
+                                [indices((2, 4), 5)])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top, check_bottom=[])

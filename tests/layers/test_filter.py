@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 FILTER = 'name: "filter" type: "Filter"'
@@ -31,7 +32,7 @@ def test_forward(selector):
 
 
 @pytest.mark.parametrize("selector", SELECTORS)
-def test_backward_scatters_with_zeros(selector):
+def test_backward_scatters_with_zeros(selector, engine):
     first, second = data((5, 3, 2)), data((5, 4), seed=1)
     layer, bottom, top = set_up(FILTER, [first, second, selector], num_tops=2)
     layer.forward(bottom, top)
@@ -70,3 +71,21 @@ def test_no_gradient_to_the_selector():
 def test_errors_name_the_layer(bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"filter".*{message}'):
         set_up(FILTER, [np.ones(shape) for shape in bottoms], num_tops=num_tops)
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("selector", SELECTORS)
+def test_gpu_matches_cpu(selector):
+    first, second = data((5, 3, 2)), data((5, 4), seed=1)
+    kept = np.count_nonzero(selector)
+    dys = [data((kept, 3, 2), seed=2), data((kept, 4), seed=3)]
+    for down in ([True, True, False], [False, True, False]):
+        compare_layer_modes(FILTER, [first, second, selector], num_tops=2, top_diffs=dys,
+                            propagate_down=down)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(FILTER, [data((4, 2, 3)), np.array([0, 1, 1, 0])])
+    layer.forward(bottom, top)
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -5,6 +5,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 
@@ -63,3 +64,19 @@ def test_in_place_is_refused():
     blob = blob_of(np.ones((2, 3)))
     with pytest.raises(CaffeError, match='"flat".*in-place'):
         create_layer(layer_param(flatten())).setup([blob], [blob])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("params", ["", "axis: 0 end_axis: 2"])
+def test_gpu_matches_cpu(params):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 2, 2))
+    dy = rng.normal(size=(12, 2) if params else (2, 12))
+    # The top is the bottom's memory under another shape: forward writes nothing.
+    compare_layer_modes(flatten(params), [x], top_diffs=[dy], check_device_tops=False)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(flatten(), [np.random.default_rng(1).normal(size=(2, 3, 2))])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.synced_memory import Head
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 
@@ -45,3 +47,19 @@ def test_shape_count_must_match_tops():
 def test_takes_no_bottoms():
     with pytest.raises(CaffeError, match='"data".*exactly 0 bottom'):
         set_up(input_layer([(1,)]), [np.ones(2)], 1)
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+def test_gpu_matches_cpu():
+    compare_layer_modes(input_layer([(2, 3), (4,)]), [], 2, check_device_tops=False)
+
+
+def test_gpu_forward_leaves_device_data_in_place(gpu_mode):
+    from pycaffe_cli.layers.kernels.cuda import memory
+    layer, bottom, top = set_up(input_layer([(2, 3)]), [], 1)
+    memory.fill(top[0].gpu_data, 5)
+    layer.forward(bottom, top)
+    layer.backward(top, [], bottom)
+    assert layer.backward_gpu is not None
+    assert top[0].data_memory.head is Head.AT_GPU
+    np.testing.assert_array_equal(top[0].read_data(), 5)

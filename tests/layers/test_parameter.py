@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 PARAMETER = 'name: "p" type: "Parameter" parameter_param { shape { dim: 2 dim: 3 } }'
@@ -39,3 +41,18 @@ def test_given_blob_of_another_size_names_the_layer():
 def test_takes_no_bottom():
     with pytest.raises(CaffeError, match='"p"'):
         set_up(PARAMETER, [np.zeros(2)])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+def test_gpu_matches_cpu():
+    rng = np.random.default_rng(0)
+    # The top is the blob's memory: forward writes nothing.
+    compare_layer_modes(PARAMETER, [], params=[rng.normal(size=(2, 3))],
+                        top_diffs=[rng.normal(size=(2, 3))], check_device_tops=False)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(PARAMETER, [])
+    layer.blobs[0].data[...] = np.random.default_rng(1).normal(size=(2, 3))
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 SHAPE = (2, 3, 4)
@@ -84,3 +85,27 @@ def test_asum_gradient_is_zero_at_zero():
 def test_bad_axis_names_the_layer():
     with pytest.raises(CaffeError, match='"red".*axis 3 out of range'):
         set_up(reduction("axis: 3"), [data(SHAPE)])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape, params", [
+    (SHAPE, "axis: 0"),
+    (SHAPE, "axis: 1 coeff: -2.5"),
+    (SHAPE, "axis: -1 coeff: 0.5"),
+    ((2, 45, 3), "axis: 1"),  # rows longer than the (test-sized) thread block
+])
+def test_gpu_matches_cpu(op, shape, params):
+    x = data(shape)
+    x.flat[::7] = 0  # ASUM's sign(0) = 0
+    axis = int(params.split()[1]) % len(shape)
+    dy = data(shape[:axis], seed=1)
+    compare_layer_modes(reduction(f"operation: {op} {params}"), [x], top_diffs=[dy])
+
+
+@pytest.mark.parametrize("op", ["ASUM", "SUMSQ"])  # the backward passes that read x
+def test_gpu_gradient(op, gpu_mode):
+    # One row: the simulator runs each block's barriers slowly.
+    layer, bottom, top = set_up(reduction(f"operation: {op} coeff: 0.5"), [data((2, 3))])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

@@ -8,6 +8,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 BOTTOM_SHAPE = (2, 3, 6, 5)
@@ -96,3 +97,19 @@ def test_in_place_is_refused():
     blob = blob_of(bottom_values())
     with pytest.raises(CaffeError, match='"rs".*in-place'):
         create_layer(layer_param(reshape((-1,)))).setup([blob], [blob])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dims, extra, expected", [((0, -1), "", (2, 12)),
+                                                   ((-1,), "axis: 1 num_axes: 2", (2, 12, 1))])
+def test_gpu_matches_cpu(dims, extra, expected):
+    x = bottom_values((2, 3, 4, 1))
+    dy = np.random.default_rng(5).normal(size=expected)
+    # The top is the bottom's memory under another shape: forward writes nothing.
+    compare_layer_modes(reshape(dims, extra), [x], top_diffs=[dy], check_device_tops=False)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(reshape((3, -1)), [bottom_values((2, 3))])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

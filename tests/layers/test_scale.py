@@ -6,7 +6,9 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
+from tests.layers.test_bias import compare_in_place
 
 SHAPE = (2, 3, 4, 5)
 FILLERS = ('filler { type: "uniform" min: -1 max: 1 } '
@@ -185,3 +187,55 @@ def test_bias_skipped_without_param_propagate_down():
 def test_errors_name_the_layer(params, bottoms, message):
     with pytest.raises(CaffeError, match=f'"scale".*{message}'):
         set_up(scale(params), [uniform_data(shape) for shape in bottoms])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_gpu_learnable_matches_cpu(params, blob_shape, axis, bias_term):
+    x, dy = uniform_data(SHAPE), uniform_data(SHAPE, seed=2)
+    extra = " bias_term: true" if bias_term else ""
+    compare_layer_modes(scale(FILLERS + params + extra), [x], top_diffs=[dy], seed=0)
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
+def test_gpu_bottom_form_matches_cpu(params, scale_shape, axis, bias_term):
+    x, s, dy = uniform_data(SHAPE), uniform_data(scale_shape, seed=1), uniform_data(SHAPE, 2)
+    extra = " bias_term: true" if bias_term else ""
+    for down in ([True, True], [False, True], [True, False]):
+        compare_layer_modes(scale(FILLERS + params + extra), [x, s], top_diffs=[dy],
+                            propagate_down=down, seed=0)
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, bottoms", [(FILLERS + "num_axes: 2", [SHAPE]),
+                                             (FILLERS, [SHAPE, (3, 4)])])
+def test_gpu_in_place(params, bottoms, bias_term):
+    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
+    extra = " bias_term: true" if bias_term else ""
+    compare_in_place(scale(params + extra), xs, uniform_data(SHAPE, seed=5))
+
+
+def test_gpu_param_gradients_accumulate(gpu_mode):
+    backend.set_random_seed(0)
+    x, dy = uniform_data((2, 3, 2)), uniform_data((2, 3, 2), seed=3)
+    layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 10
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), 10 + (dy * x).sum(axis=(0, 2)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(layer.blobs[1].read_diff(), 10 + dy.sum(axis=(0, 2)),
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("bottoms", [[(2, 3, 2)], [(2, 3, 2), (3,)]])
+def test_gpu_gradient(bottoms, gpu_mode):
+    backend.set_random_seed(0)
+    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
+    layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), xs)
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

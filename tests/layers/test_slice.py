@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 SHAPE = (6, 4, 3, 6)
@@ -51,7 +52,7 @@ def test_backward(params, axis, sizes):
     np.testing.assert_array_equal(bottom[0].diff, np.concatenate(grads, axis=axis))
 
 
-def test_backward_skipped_without_propagate_down():
+def test_backward_skipped_without_propagate_down(engine):
     layer, bottom, top = set_up(slice_layer(), [bottom_values()], 2)
     bottom[0].diff[...] = 3
     for blob in top:
@@ -96,3 +97,33 @@ def test_single_top_gradient():
 def test_errors(params, num_tops, message):
     with pytest.raises(CaffeError, match=f'"sl".*{message}'):
         set_up(slice_layer(params), [bottom_values()], num_tops)
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("params, axis, sizes", [
+    ("axis: 0 slice_point: 1", 0, (1, 1)),
+    ("slice_point: 1", 1, (1, 3)),
+    ("axis: 2 slice_point: 1 slice_point: 2", 2, (1, 1, 1)),
+    ("axis: -1", 3, (1, 1)),
+])
+def test_gpu_matches_cpu(params, axis, sizes):
+    x = bottom_values((2, 4, 3, 2))
+    rng = np.random.default_rng(3)
+    diffs = []
+    for size in sizes:
+        shape = list(x.shape)
+        shape[axis] = size
+        diffs.append(rng.normal(size=shape))
+    compare_layer_modes(slice_layer(params), [x], len(sizes), top_diffs=diffs)
+
+
+def test_gpu_single_top_shares():
+    x = bottom_values((2, 2, 3))
+    dy = np.random.default_rng(3).normal(size=x.shape)
+    compare_layer_modes(slice_layer(), [x], 1, top_diffs=[dy], check_device_tops=False)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(slice_layer("slice_point: 1"), [bottom_values((2, 3, 2))], 2)
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

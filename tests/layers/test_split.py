@@ -5,6 +5,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SPLIT = 'name: "split" type: "Split"'
@@ -34,7 +35,7 @@ def test_backward_sums_top_diffs(num_tops):
     np.testing.assert_allclose(bottom[0].diff, np.sum(diffs, axis=0), rtol=1e-6, atol=1e-6)
 
 
-def test_backward_skipped_without_propagate_down():
+def test_backward_skipped_without_propagate_down(engine):
     layer, bottom, top = set_up(SPLIT, [np.ones((2, 2))], 2)
     bottom[0].diff[...] = 7
     top[0].diff[...] = 1
@@ -60,3 +61,19 @@ def test_in_place_is_refused():
 def test_needs_a_top():
     with pytest.raises(CaffeError, match='"split"'):
         set_up(SPLIT, [np.ones(3)], 0)
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("num_tops", [1, 2, 3])
+def test_gpu_matches_cpu(num_tops):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 3, 4))
+    diffs = [rng.normal(size=x.shape) for _ in range(num_tops)]
+    # The tops share the bottom's data: forward writes no top anywhere.
+    compare_layer_modes(SPLIT, [x], num_tops, top_diffs=diffs, check_device_tops=False)
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(SPLIT, [np.random.default_rng(2).normal(size=(2, 3))], 3)
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)

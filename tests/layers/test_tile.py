@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import set_up
 
 
@@ -34,7 +35,7 @@ def test_forward(shape, axis, tiles):
 
 
 @pytest.mark.parametrize("shape, axis, tiles", CASES)
-def test_backward_sums_the_copies(shape, axis, tiles):
+def test_backward_sums_the_copies(shape, axis, tiles, engine):
     layer, bottom, top = set_up(tile(f"axis: {axis} tiles: {tiles}"), [data(shape)])
     layer.forward(bottom, top)
     dy = data(top[0].shape, seed=1)
@@ -67,3 +68,18 @@ def test_default_axis_is_one():
 def test_errors_name_the_layer(params, message):
     with pytest.raises(CaffeError, match=f'"tile".*{message}'):
         set_up(tile(params), [data((2, 3, 4))])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, axis, tiles", CASES + [((2, 1, 3), 1, 9)])
+def test_gpu_matches_cpu(shape, axis, tiles):
+    text = tile(f"axis: {axis} tiles: {tiles}")
+    top_shape = list(shape)
+    top_shape[axis] *= tiles
+    compare_layer_modes(text, [data(shape)], top_diffs=[data(top_shape, seed=1)])
+
+
+def test_gpu_gradient(gpu_mode):
+    layer, bottom, top = set_up(tile("axis: 1 tiles: 3"), [data((2, 3, 2))])
+    assert layer.backward_gpu is not None
+    check_gradient(layer, bottom, top)
