@@ -17,11 +17,20 @@ Otherwise it uses the batch statistics and updates the sums after each forward:
     var  <- maf * var + m / (m - 1) * var_batch        (m = N * S; factor 1 when m = 1)
 
 The stat blobs are no learnable parameters: they get lr_mult 0 and no gradient.
+
+GPU mode runs wholly on the device: per-channel statistics by the kernels of
+``kernels/cuda/channel_stats.py`` (one block per channel, fixed order), the running-sum update
+and the global statistics by the per-channel kernels below.
 """
+import math
+
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import channel_stats
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 
@@ -63,6 +72,8 @@ class BatchNormLayer(Layer):
         self.param_propagate_down = [False] * len(self.blobs)
         self._x_norm = None
         self._std = None
+        self._gpu_x_norm = Blob()  # the device path's caches and per-channel buffers
+        self._gpu_stats = Blob()
 
     def _check_given_blobs(self):
         wanted = [(self.channels,), (self.channels,), (1,)]
@@ -89,6 +100,8 @@ class BatchNormLayer(Layer):
             raise self.error(f"the bottom {bottom[0].shape_string()} has {channels} "
                              f"channel(s), the layer was set up for {self.channels}")
         top[0].reshape_like(bottom[0])
+        self._gpu_x_norm.reshape_like(bottom[0])
+        self._gpu_stats.reshape((3, self.channels))  # mean, var, std
 
     # --- forward ---------------------------------------------------------------------
     def forward_cpu(self, bottom, top):
@@ -139,3 +152,72 @@ class BatchNormLayer(Layer):
             mean_dy_y = channel_mean(dy * y).astype(np.float32)[None, :, None]
             dx = (dy - mean_dy - mean_dy_y * y) * inv_std
         channel_view(bottom[0].diff)[...] = dx
+
+    # --- GPU -------------------------------------------------------------------------
+    def _gpu_view(self, blob):
+        """(num, channels, inner) of the (N, C, S) view."""
+        num = blob.shape[0]
+        return num, self.channels, blob.count() // (num * self.channels)
+
+    def _gpu_buffers(self):
+        """Flat device views (mean, var, std) of ``channels`` values each."""
+        stats, c = self._gpu_stats.gpu_data, self.channels
+        return stats[:c], stats[c:2 * c], stats[2 * c:]
+
+    def forward_gpu(self, bottom, top):
+        if bottom[0].count() == 0:
+            return
+        num, channels, inner = self._gpu_view(bottom[0])
+        x = bottom[0].gpu_data_for_reading()
+        mean, var, std = self._gpu_buffers()
+        if self.use_global_stats:
+            launch(_global_stats_kernel, channels, self.blobs[0].gpu_data_for_reading(),
+                   self.blobs[1].gpu_data_for_reading(), self.blobs[2].gpu_data_for_reading(),
+                   self.eps, mean, std)
+        else:
+            channel_stats.moments(x, num, channels, inner, mean, var)
+            m = num * inner
+            correction = np.float32(m / (m - 1)) if m > 1 else np.float32(1.0)
+            launch(_running_sums_kernel, channels, mean, var, self.moving_average_fraction,
+                   correction, self.eps, self.blobs[0].gpu_data, self.blobs[1].gpu_data,
+                   self.blobs[2].gpu_data, std)
+        channel_stats.normalize(x, channels, inner, mean, std, top[0].gpu_data,
+                                self._gpu_x_norm.gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0] or bottom[0].count() == 0:
+            return
+        num, channels, inner = self._gpu_view(bottom[0])
+        dy = top[0].gpu_diff_for_reading()
+        # mean(dy) and mean(dy * y) reuse the mean and var buffers (forward is done with them)
+        mean_dy, mean_dy_y, std = self._gpu_buffers()
+        if self.use_global_stats:
+            channel_stats.normalize_backward(channel_stats.SCALE, dy, channels, inner, std,
+                                             bottom[0].gpu_diff)
+            return
+        y = self._gpu_x_norm.gpu_data_for_reading()
+        channel_stats.dot_means(dy, y, num, channels, inner, mean_dy, mean_dy_y)
+        channel_stats.normalize_backward(channel_stats.FULL, dy, channels, inner, std,
+                                         bottom[0].gpu_diff, y, mean_dy, mean_dy_y)
+
+
+@cuda.jit
+def _global_stats_kernel(channels, mean_sum, var_sum, factor, eps, mean, std):
+    """mean = mean_sum / sf, std = sqrt(var_sum / sf + eps) (0 statistics when sf is 0)."""
+    for c in range(cuda.grid(1), channels, cuda.gridsize(1)):
+        sf = factor[0]
+        scale = np.float32(0.0) if sf == 0 else np.float32(1.0) / sf
+        mean[c] = scale * mean_sum[c]
+        std[c] = math.sqrt(scale * var_sum[c] + eps)
+
+
+@cuda.jit
+def _running_sums_kernel(channels, mean, var, maf, correction, eps, mean_sum, var_sum,
+                         factor, std):
+    """Caffe's moving-average update of the stat blobs, and std = sqrt(var + eps)."""
+    for c in range(cuda.grid(1), channels, cuda.gridsize(1)):
+        if c == 0:
+            factor[0] = factor[0] * maf + np.float32(1.0)
+        mean_sum[c] = mean_sum[c] * maf + mean[c]
+        var_sum[c] = var_sum[c] * maf + correction * var[c]
+        std[c] = math.sqrt(var[c] + eps)

@@ -16,10 +16,17 @@ Backward, with dc_total = dc + dh * o * (1 - tanh(c)^2):
 
 (``dx_f`` uses the masked f, as Caffe does; for binary cont it is the exact derivative.)
 There is no gradient for cont: asking for one is an error.
+
+GPU mode: one kernel per direction, one thread per (stream, hidden unit), the gates evaluated
+in float32 (sigmoid as 0.5 tanh(x / 2) + 0.5, as the CPU path, which evaluates in float64).
 """
+import math
+
 import numpy as np
+from numba import cuda
 
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 ONE = np.float32(1)
 
@@ -103,3 +110,71 @@ class LSTMUnitLayer(Layer):
             dx[:, 3] = dc_total * i * (ONE - g * g)
         if propagate_down[0]:
             bottom[0].diff[...] = (dc_total * f).reshape(bottom[0].shape)
+
+    # --- GPU -------------------------------------------------------------------------
+    def forward_gpu(self, bottom, top):
+        c_prev, x, cont = (blob.gpu_data_for_reading() for blob in bottom)
+        launch(_forward_kernel, bottom[0].count(), self.hidden, c_prev, x, cont,
+               top[0].gpu_data, top[1].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if propagate_down[2]:
+            raise self.error("Cannot backpropagate to sequence indicators (bottom[2], cont).")
+        if not (propagate_down[0] or propagate_down[1]):
+            return
+        c_prev, x, cont = (blob.gpu_data_for_reading() for blob in bottom)
+        dc, dh = (blob.gpu_diff_for_reading() for blob in top)
+        # an output not asked for gets a read-only stand-in the kernel never writes
+        dc_prev = bottom[0].gpu_diff if propagate_down[0] else dc
+        dx = bottom[1].gpu_diff if propagate_down[1] else dc
+        launch(_backward_kernel, bottom[0].count(), self.hidden, c_prev, x, cont,
+               top[0].gpu_data_for_reading(), dc, dh, bool(propagate_down[0]),
+               bool(propagate_down[1]), dc_prev, dx)
+
+
+HALF = np.float32(0.5)
+
+
+@cuda.jit(device=True)
+def _gpu_sigmoid(value):
+    return HALF * math.tanh(HALF * value) + HALF
+
+
+@cuda.jit(device=True)
+def _gpu_gates(x, cont, row, base, hidden):
+    """(i, f, o, g) of one unit; f is 0 where cont is 0."""
+    i = _gpu_sigmoid(x[base])
+    f = np.float32(0.0)
+    if cont[row] != 0:
+        f = cont[row] * _gpu_sigmoid(x[base + hidden])
+    o = _gpu_sigmoid(x[base + 2 * hidden])
+    g = math.tanh(x[base + 3 * hidden])
+    return i, f, o, g
+
+
+@cuda.jit
+def _forward_kernel(n, hidden, c_prev, x, cont, c, h):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        row = index // hidden
+        base = row * 4 * hidden + index % hidden
+        i, f, o, g = _gpu_gates(x, cont, row, base, hidden)
+        cell = f * c_prev[index] + i * g
+        c[index] = cell
+        h[index] = o * math.tanh(cell)
+
+
+@cuda.jit
+def _backward_kernel(n, hidden, c_prev, x, cont, c, dc, dh, to_c_prev, to_x, dc_prev, dx):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        row = index // hidden
+        base = row * 4 * hidden + index % hidden
+        i, f, o, g = _gpu_gates(x, cont, row, base, hidden)
+        tanh_c = math.tanh(c[index])
+        dc_total = dc[index] + dh[index] * o * (ONE - tanh_c * tanh_c)
+        if to_x:
+            dx[base] = dc_total * g * i * (ONE - i)
+            dx[base + hidden] = dc_total * c_prev[index] * f * (ONE - f)
+            dx[base + 2 * hidden] = dh[index] * tanh_c * o * (ONE - o)
+            dx[base + 3 * hidden] = dc_total * i * (ONE - g * g)
+        if to_c_prev:
+            dc_prev[index] = dc_total * f

@@ -10,10 +10,20 @@ num with ``across_channels``. Per row, with mu the mean and sigma = sqrt(mean((x
 
 The backward formula is Caffe's: it drops the factor (sigma + eps) / sigma of the exact
 derivative of the last term, which is 1 up to eps.
-"""
-import numpy as np
 
+GPU mode runs wholly on the device: the rows are the channels of a (1, rows, dim) view for the
+per-channel kernels of ``kernels/cuda/channel_stats.py`` (one block per row, fixed order), and
+sigma = sqrt(var) + eps comes from the per-row kernel below.
+"""
+import math
+
+import numpy as np
+from numba import cuda
+
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cuda import channel_stats
+from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("MVN", v1="MVN")
@@ -29,11 +39,13 @@ class MVNLayer(Layer):
         self.across_channels = p.across_channels
         self.eps = np.float32(p.eps)
         self._sigma = None
+        self._gpu_stats = Blob()  # the device path's per-row buffers
 
     def reshape(self, bottom, top):
         source = bottom[0]
         self.rows = source.num if self.across_channels else source.num * source.channels
         top[0].reshape_like(source)
+        self._gpu_stats.reshape((3, self.rows))  # mean (then mean(dy)), var, sigma
 
     def _rows(self, array):
         return array.reshape(self.rows, -1)
@@ -61,3 +73,47 @@ class MVNLayer(Layer):
         else:
             dx = dy - mean_dy
         self._rows(bottom[0].diff)[...] = dx
+
+    # --- GPU -------------------------------------------------------------------------
+    def _gpu_buffers(self):
+        """Flat device views of ``rows`` values each: mean, var, sigma."""
+        stats, r = self._gpu_stats.gpu_data, self.rows
+        return stats[:r], stats[r:2 * r], stats[2 * r:]
+
+    def forward_gpu(self, bottom, top):
+        count = bottom[0].count()
+        if count == 0:
+            return
+        dim = count // self.rows
+        x = bottom[0].gpu_data_for_reading()
+        mean, var, sigma = self._gpu_buffers()
+        channel_stats.moments(x, 1, self.rows, dim, mean, var)
+        if self.normalize_variance:
+            launch(_sigma_kernel, self.rows, var, self.eps, sigma)
+        channel_stats.normalize(x, self.rows, dim, mean,
+                                sigma if self.normalize_variance else None, top[0].gpu_data)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        count = bottom[0].count()
+        if not propagate_down[0] or count == 0:
+            return
+        dim = count // self.rows
+        dy = top[0].gpu_diff_for_reading()
+        mean_dy, mean_dy_y, sigma = self._gpu_buffers()  # forward's mean and var are spent
+        if self.normalize_variance:
+            y = top[0].gpu_data_for_reading()
+            channel_stats.dot_means(dy, y, 1, self.rows, dim, mean_dy, mean_dy_y)
+            channel_stats.normalize_backward(channel_stats.FULL, dy, self.rows, dim, sigma,
+                                             bottom[0].gpu_diff, y, mean_dy, mean_dy_y)
+        else:
+            channel_stats.dot_means(dy, dy, 1, self.rows, dim, mean_dy)
+            channel_stats.normalize_backward(channel_stats.CENTRE, dy, self.rows, dim, None,
+                                             bottom[0].gpu_diff, mean_dy=mean_dy)
+
+
+@cuda.jit
+def _sigma_kernel(rows, var, eps, sigma):
+    """sigma = sqrt(var) + eps (the CPU path roots the unrounded float64 variance: the same
+    float32 sigma up to one rounding)."""
+    for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
+        sigma[r] = math.sqrt(var[r]) + eps

@@ -20,10 +20,15 @@ in the net's order, so the blobs line up with a Caffe-trained model's.
 Without ``expose_hidden`` the final state of one forward pass is the initial state of the
 next (zero at first), as in Caffe; cont_1 = 0 discards it. No gradient flows into cont,
 across batches, or into exposed initial states (Caffe shares only their data).
+
+GPU mode: the layer's own work (sharing blobs with the unrolled net, carrying the final state
+over to the next forward) stays on the device; the unrolled net's layers run their own GPU
+paths, or their CPU fallbacks where they have none.
 """
 import contextlib
 import logging
 
+from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import Layer
 from pycaffe_cli.log import LOG
@@ -85,6 +90,13 @@ def add_static_transform(net_param, name, param_name, num_output, weight_filler)
     net_param.layer[-1].propagate_down.append(True)
     reshape = add_layer(net_param, "Reshape", name + "_reshape", [name + "_preshape"], [name])
     reshape.reshape_param.shape.dim.extend([1, -1, num_output])
+
+
+def _copy_of(blob):
+    """A new blob holding a copy of ``blob``'s data (copied on the device in GPU mode)."""
+    saved = Blob(blob.shape)
+    saved.copy_from(blob)
+    return saved
 
 
 @contextlib.contextmanager
@@ -283,7 +295,7 @@ class RecurrentLayer(Layer):
 
     def _rebuild(self, bottom, timesteps):
         """Unroll for a new number of timesteps, keeping the parameters and the state."""
-        state = [blob.data.copy() for blob in self.recurrent_outputs]
+        state = [_copy_of(blob) for blob in self.recurrent_outputs]
         LOG.info(f"Recurrent layer {self.name}: unrolling again for {timesteps} timesteps.")
         previous, self.T = self.T, timesteps
         try:
@@ -292,9 +304,9 @@ class RecurrentLayer(Layer):
             self.T = previous
             raise
         self._link_params()
-        for blob, values in zip(self.recurrent_outputs, state):
-            if blob.shape == values.shape:
-                blob.data[...] = values
+        for blob, saved in zip(self.recurrent_outputs, state):
+            if blob.shape == saved.shape:
+                blob.copy_from(saved)  # on the device in GPU mode
 
     def _link_params(self):
         """Make every parameter of the unrolled net use the storage of this layer's blobs.
@@ -312,13 +324,30 @@ class RecurrentLayer(Layer):
 
     # --- forward / backward ------------------------------------------------------------------
     def forward_cpu(self, bottom, top):
+        self._forward(top, self._carry_state_cpu)
+
+    def forward_gpu(self, bottom, top):
+        """As forward_cpu; the state is carried over on the device, and the unrolled net's
+        layers run their own GPU paths (or their logged CPU fallbacks)."""
+        self._forward(top, self._carry_state_gpu)
+
+    def _forward(self, top, carry_state):
         self._link_params()
         if not self.expose_hidden:
-            for start, end in zip(self.recurrent_inputs, self.recurrent_outputs):
-                start.data[...] = end.data
+            carry_state()
         self.net.forward(end=self.last_layer)
         for blob, state in zip(top[len(self.outputs):], self.recurrent_outputs):
             blob.share_data(state)
+
+    def _carry_state_cpu(self):
+        """The last forward's final state becomes this one's initial state."""
+        for start, end in zip(self.recurrent_inputs, self.recurrent_outputs):
+            start.data[...] = end.data
+
+    def _carry_state_gpu(self):
+        from pycaffe_cli.layers.kernels.cuda import memory
+        for start, end in zip(self.recurrent_inputs, self.recurrent_outputs):
+            memory.copy(end.gpu_data_for_reading(), start.gpu_data)
 
     def backward_cpu(self, top, propagate_down, bottom):
         # Gradients for x and x_static only where asked; none for cont or exposed states.
@@ -326,6 +355,11 @@ class RecurrentLayer(Layer):
         if self.static_input:
             self.net.bottom_need_backward[self.static_transform_id][0] = bool(propagate_down[2])
         self.net.backward(start=self.last_layer)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        """The unrolled net's backward; it touches no blob data itself, so it is the CPU
+        path's, with each inner layer running its own GPU path (or CPU fallback)."""
+        self.backward_cpu(top, propagate_down, bottom)
 
     def allow_force_backward(self, bottom_index):
         return bottom_index != 1

@@ -1,4 +1,6 @@
 """BatchNorm: batch/global statistics against numpy, Caffe's running sums, gradients, errors."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -209,3 +211,110 @@ def test_backward_skipped_without_propagate_down():
 def test_blob_counts():
     with pytest.raises(CaffeError, match='"bn"'):
         create_layer(layer_param(batch_norm())).setup([blob_of(data((2, 3)))], empty_blobs(2))
+
+
+# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
+GPU_SHAPES = [(5, 3), (2, 3, 5), (2, 2, 3, 4)]
+
+
+@pytest.fixture
+def quick_barriers():
+    """The CUDA simulator's syncthreads waits for every thread of the block to get the GIL:
+    switching threads more often makes the per-channel reductions ~10x quicker."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    yield
+    sys.setswitchinterval(interval)
+
+
+def run_modes(text, x, dy, phase, in_place=False, forwards=1):
+    """Forward (``forwards`` times) and backward in CPU then GPU mode on fresh layers with the
+    same stat blobs; returns [(top, dx, stat blobs, top head)] per mode."""
+    from pycaffe_cli import backend
+    results = []
+    for gpu in (False, True):
+        layer = create_layer(layer_param(text, phase))
+        bottom = blob_of(x)
+        top = bottom if in_place else blob_of(np.zeros_like(x))
+        if gpu:
+            backend.set_mode_gpu(0)
+        try:
+            layer.setup([bottom], [top])
+            for _ in range(forwards):
+                layer.forward([bottom], [top])
+            head = top.data_memory.head
+            y = top.read_data().copy()
+            top.diff[...] = dy
+            layer.backward([top], [True], [bottom])
+        finally:
+            backend.set_mode_cpu()
+        results.append((y, bottom.read_diff().copy(), [b.read_data().copy() for b in
+                                                        layer.blobs], head))
+    return results
+
+
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("params, phase", [
+    ("", caffe_pb2.TRAIN),
+    ("eps: 0.25", caffe_pb2.TRAIN),
+    ("use_global_stats: false", caffe_pb2.TEST),
+    ("", caffe_pb2.TEST),
+    ("use_global_stats: true eps: 0.1", caffe_pb2.TRAIN),
+])
+def test_gpu_matches_cpu(quick_barriers, shape, params, phase):
+    from tests.gpu_helpers import compare_layer_modes
+    channels = shape[1]
+    stats = stat_blobs_text(np.linspace(-1, 1, channels), np.linspace(0.5, 2, channels), 2.5)
+    x, dy = data(shape), data(shape, seed=3)
+    # Per-channel sums add in a different order on the device: atol covers the rounding of
+    # the normalised values (|y| up to ~3) and of the mean(dy * y) term.
+    compare_layer_modes(batch_norm(params, stats), [x], top_diffs=[dy], phase=phase,
+                        rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("maf", [None, 0.5])
+def test_gpu_running_sums_match_cpu_over_two_iterations(quick_barriers, maf):
+    params = "" if maf is None else f"moving_average_fraction: {maf}"
+    x, dy = data((3, 2, 4), 1), data((3, 2, 4), 2)
+    (cpu_y, cpu_dx, cpu_blobs, _), (gpu_y, gpu_dx, gpu_blobs, head) = run_modes(
+        batch_norm(params), x, dy, caffe_pb2.TRAIN, forwards=2)
+    from pycaffe_cli.synced_memory import Head
+    assert head is Head.AT_GPU
+    for cpu, gpu in zip(cpu_blobs, gpu_blobs):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gpu_y, cpu_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gpu_dx, cpu_dx, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_single_value_per_channel_and_zero_scale_factor(quick_barriers):
+    from tests.gpu_helpers import compare_layer_modes
+    x = np.array([[1.0, -2.0]])
+    compare_layer_modes(batch_norm("moving_average_fraction: 0.5"), [x], top_diffs=[x],
+                        phase=caffe_pb2.TRAIN)
+    compare_layer_modes(batch_norm("", stat_blobs_text([1, 2, 3], [4, 5, 6], 0)),
+                        [data((2, 3, 2))], top_diffs=[data((2, 3, 2), 1)],
+                        phase=caffe_pb2.TEST)
+
+
+@pytest.mark.parametrize("phase", [caffe_pb2.TRAIN, caffe_pb2.TEST])
+def test_gpu_in_place_matches_cpu(quick_barriers, phase):
+    stats = stat_blobs_text([0.5, -1], [2, 3], 2)
+    x, dy = data((3, 2, 4)), data((3, 2, 4), seed=5)
+    (cpu_y, cpu_dx, _, _), (gpu_y, gpu_dx, _, _) = run_modes(batch_norm("", stats), x, dy,
+                                                             phase, in_place=True)
+    np.testing.assert_allclose(gpu_y, cpu_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gpu_dx, cpu_dx, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_more_channels_than_blocks(quick_barriers):
+    """The conftest's two-block launches make each block reduce several channels."""
+    from tests.gpu_helpers import compare_layer_modes
+    x, dy = data((2, 5, 3)), data((2, 5, 3), 1)
+    compare_layer_modes(batch_norm(), [x], top_diffs=[dy], phase=caffe_pb2.TRAIN, atol=1e-5)
+
+
+@pytest.mark.parametrize("phase", [caffe_pb2.TRAIN, caffe_pb2.TEST])
+def test_gpu_gradient(quick_barriers, gpu_mode, phase):
+    stats = stat_blobs_text([0.5, -1], [2, 3], 1.5)
+    layer, bottom, top = set_up(batch_norm("", stats), [data((3, 2, 2))], phase=phase)
+    check_gradient(layer, bottom, top, check_params=False)

@@ -258,3 +258,68 @@ def test_trains_in_a_solver_and_the_test_net_uses_the_trained_weights():
     tested = solver.test_nets[0].layer_by_name("lstm")
     for blob, learnable_id in zip(tested.net.params, tested.net.learnable_param_ids):
         assert blob.shares_data_with(trained.blobs[learnable_id])
+
+
+# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
+# The unrolled net's layers without a GPU path yet fall back to the CPU, and the top shares the
+# inner Concat's output: check_device_tops=False, since that Concat may be one of them.
+@pytest.mark.parametrize("extra, extra_bottoms, down", [
+    ("", [], [True, False]),
+    ("", [(N, 3)], [True, False, True]),
+    ("expose_hidden: true", [(1, N, D), (1, N, D)], [True, False, False, False]),
+    ("expose_hidden: true", [(N, 3), (1, N, D), (1, N, D)], [False, False, True, False, False]),
+])
+def test_gpu_matches_cpu(extra, extra_bottoms, down):
+    from tests.gpu_helpers import compare_layer_modes
+    x, cont = data(30)
+    rng = np.random.default_rng(31)
+    bottoms = [x, cont] + [rng.normal(size=s) for s in extra_bottoms]
+    num_tops = 3 if extra else 1
+    dy = [rng.normal(size=(T, N, D))] + [np.zeros((1, N, D))] * (num_tops - 1)
+    backend.set_random_seed(1701)
+    # summation orders differ between the device's GEMMs and BLAS's
+    compare_layer_modes(lstm(extra), bottoms, num_tops, top_diffs=dy, propagate_down=down,
+                        phase=0, atol=1e-5, check_device_tops=False)
+
+
+def run_steps(gpu, weights=None):
+    """A T=3 batch, then its timesteps one batch at a time (the layer unrolls again for T=1
+    and carries the state over), then backward through the last step; in CPU or GPU mode."""
+    x, cont = data(32)
+    backend.set_random_seed(1701)
+    layer, bottom, top = set_up(lstm(), [x, cont])
+    if gpu:
+        backend.set_mode_gpu(0)
+    try:
+        for blob, values in zip(layer.blobs, weights or []):
+            blob.data[...] = values
+        weights = [b.read_data().copy() for b in layer.blobs]
+        layer.forward(bottom, top)
+        outputs = [top[0].read_data().copy()]
+        for t in range(T):
+            step = [Blob((1, N, I)), Blob((1, N))]
+            step[0].data[...] = x[t:t + 1]
+            step[1].data[...] = 1
+            layer.forward(step, top)
+            outputs.append(top[0].read_data().copy())
+        top[0].diff[...] = 1
+        layer.backward(top, [True, False], step)
+        outputs += [step[0].read_diff().copy()] + [b.read_diff().copy() for b in layer.blobs]
+    finally:
+        backend.set_mode_cpu()
+    return outputs, weights
+
+
+def test_gpu_state_carries_over_and_unrolls_again_like_cpu():
+    cpu, weights = run_steps(gpu=False)
+    gpu, _ = run_steps(gpu=True, weights=weights)
+    for want, got in zip(cpu, gpu):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_gradient(gpu_mode):
+    x, cont = data(33, t=2, n=1, feature_shape=(2,))
+    layer, bottom, top = set_up(lstm(), [x, cont])
+    # the weights' gradients are compared with the CPU's in test_gpu_matches_cpu
+    check_gradient(layer, bottom, top, check_bottom=[0], check_params=False, threshold=1e-3,
+                   directions=2, elements=3)

@@ -102,3 +102,35 @@ def test_no_gradient_for_cont():
 def test_shape_errors_name_the_layer(shapes, message):
     with pytest.raises(CaffeError, match=f'"unit".*{message}'):
         set_up(UNIT, [np.zeros(s) for s in shapes], num_tops=2)
+
+
+# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
+@pytest.mark.parametrize("n, d, cont", [(3, 4, [1, 0, 0.5]), (2, 1, [0, 0]), (1, 5, [1])])
+@pytest.mark.parametrize("down", [[True, True, False], [True, False, False],
+                                  [False, True, False]])
+def test_gpu_matches_cpu(n, d, cont, down):
+    from tests.gpu_helpers import compare_layer_modes
+    rng = np.random.default_rng(n * 10 + d)
+    bottoms = inputs(rng, n, d, cont)
+    bottoms[1][0, 0, :] = [30.0, -30.0] * (2 * d)  # saturated gates in the first stream
+    dc, dh = rng.normal(size=(1, n, d)), rng.normal(size=(1, n, d))
+    compare_layer_modes(UNIT, bottoms, num_tops=2, top_diffs=[dc, dh], propagate_down=down)
+
+
+def test_gpu_backward_writes_only_the_asked_bottoms(gpu_mode):
+    layer, bottom, top = set_up(UNIT, inputs(np.random.default_rng(4), 2, 2, [1, 1]), 2)
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    top[1].diff[...] = 1
+    bottom[0].diff[...] = 42
+    layer.backward(top, [False, True, False], bottom)
+    assert np.all(bottom[0].read_diff() == 42)
+    assert np.any(bottom[1].read_diff() != 0)
+    with pytest.raises(CaffeError, match='"unit".*sequence indicators'):
+        layer.backward(top, [True, True, True], bottom)
+
+
+def test_gpu_gradient(gpu_mode):
+    bottoms = inputs(np.random.default_rng(3), 3, 2, [1, 0, 1])
+    layer, bottom, top = set_up(UNIT, bottoms, num_tops=2)
+    check_gradient(layer, bottom, top, check_bottom=[0, 1], threshold=1e-3)

@@ -1,7 +1,10 @@
 """MVN: forward against numpy for every parameter combination, Caffe's backward, gradients."""
+import sys
+
 import numpy as np
 import pytest
 
+from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
@@ -101,3 +104,59 @@ def test_blob_counts():
 def test_v1_name():
     from pycaffe_cli.layers.base import v1_type_name
     assert v1_type_name("MVN") == "MVN"
+
+
+# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
+@pytest.fixture
+def quick_barriers():
+    """The CUDA simulator's syncthreads waits for every thread of the block to get the GIL:
+    switching threads more often makes the per-row reductions ~10x quicker."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    yield
+    sys.setswitchinterval(interval)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (3, 2, 1, 6), (2, 3)])
+@pytest.mark.parametrize("params", [p for p, _, _ in PARAMS])
+def test_gpu_matches_cpu(quick_barriers, shape, params):
+    from tests.gpu_helpers import compare_layer_modes
+    x, dy = data(shape), data(shape, seed=1)
+    # per-row sums add in another order on the device; |y| is up to ~3
+    compare_layer_modes(mvn(params), [x], top_diffs=[dy], rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_rows_longer_than_a_block(quick_barriers):
+    """Rows of 80 values: each of a block's 32 threads adds several (the conftest's grid)."""
+    from tests.gpu_helpers import compare_layer_modes
+    x, dy = data((2, 2, 8, 10)), data((2, 2, 8, 10), seed=1)
+    compare_layer_modes(mvn("across_channels: true"), [x], top_diffs=[dy], atol=1e-5)
+
+
+@pytest.mark.parametrize("params", ["", "normalize_variance: false"])
+def test_gpu_in_place_matches_cpu(quick_barriers, params):
+    x, dy = data((2, 3, 4)), data((2, 3, 4), seed=1)
+    results = []
+    for gpu in (False, True):
+        layer = create_layer(layer_param(mvn(params)))
+        blob = blob_of(x)
+        if gpu:
+            backend.set_mode_gpu(0)
+        try:
+            layer.setup([blob], [blob])
+            layer.forward([blob], [blob])
+            y = blob.read_data().copy()
+            blob.diff[...] = dy
+            layer.backward([blob], [True], [blob])
+        finally:
+            backend.set_mode_cpu()
+        results.append((y, blob.read_diff().copy()))
+    (cpu_y, cpu_dx), (gpu_y, gpu_dx) = results
+    np.testing.assert_allclose(gpu_y, cpu_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gpu_dx, cpu_dx, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params", ["", "normalize_variance: false", "across_channels: true"])
+def test_gpu_gradient(quick_barriers, gpu_mode, params):
+    layer, bottom, top = set_up(mvn(params), [data((2, 2, 3))])
+    check_gradient(layer, bottom, top)

@@ -237,3 +237,87 @@ def test_blob_counts():
         set_up(rnn("expose_hidden: true"), list(data(0)), num_tops=2)
     with pytest.raises(CaffeError, match="exactly 1 top"):
         set_up(rnn(), list(data(0)), num_tops=2)
+
+
+# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
+# The unrolled net's layers without a GPU path yet fall back to the CPU, and the top shares the
+# inner Concat's output: check_device_tops=False, since that Concat may be one of them.
+def run_modes(text, bottoms, forwards, top_diffs, num_tops=1):
+    """Forward (``forwards`` times, the state carried over) and backward in CPU then GPU mode,
+    the GPU layer with the CPU layer's weights; returns [(tops, bottom diffs, param diffs)]."""
+    from tests.layer_helpers import blob_of
+    results, weights = [], None
+    for gpu in (False, True):
+        backend.set_random_seed(1701)
+        layer, bottom, top = set_up(text, [blob_of(b) for b in bottoms], num_tops)
+        if gpu:
+            backend.set_mode_gpu(0)
+        try:
+            if weights is None:
+                weights = [b.read_data().copy() for b in layer.blobs]
+            for blob, values in zip(layer.blobs, weights):
+                blob.data[...] = values
+            for _ in range(forwards):
+                layer.forward(bottom, top)
+            outputs = [t.read_data().copy() for t in top]
+            for blob, diff in zip(top, top_diffs):
+                blob.diff[...] = diff
+            layer.backward(top, [True, False] + [False] * (len(bottom) - 2), bottom)
+            grads = [b.read_diff().copy() for b in bottom[:1] + layer.blobs]
+        finally:
+            backend.set_mode_cpu()
+        results.append((outputs, grads))
+    return results
+
+
+def assert_modes_agree(results):
+    (cpu_tops, cpu_grads), (gpu_tops, gpu_grads) = results
+    for want, got in zip(cpu_tops + cpu_grads, gpu_tops + gpu_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("extra, extra_bottoms, down", [
+    ("", [], [True, False]),
+    ("", [(N, 3)], [True, False, True]),
+    ("", [(N, 3)], [False, False, True]),
+    ("expose_hidden: true", [(1, N, D)], [True, False, False]),
+    ("expose_hidden: true", [(N, 3), (1, N, D)], [True, False, True, False]),
+])
+def test_gpu_matches_cpu(extra, extra_bottoms, down):
+    from tests.gpu_helpers import compare_layer_modes
+    x, cont = data(20)
+    rng = np.random.default_rng(21)
+    bottoms = [x, cont] + [rng.normal(size=s) for s in extra_bottoms]
+    num_tops = 2 if extra else 1
+    dy = [rng.normal(size=(T, N, D))] + [np.zeros((1, N, D))] * (num_tops - 1)
+    backend.set_random_seed(1701)
+    # summation orders differ between the device's GEMMs and BLAS's
+    compare_layer_modes(rnn(extra), bottoms, num_tops, top_diffs=dy, propagate_down=down,
+                        phase=0, atol=1e-5, check_device_tops=False)
+
+
+def test_gpu_state_carries_over_like_cpu():
+    x, cont = data(22, resets=False)
+    dy = np.random.default_rng(23).normal(size=(T, N, D))
+    assert_modes_agree(run_modes(rnn(), [x, cont], 3, [dy]))
+
+
+def test_gpu_state_is_carried_on_the_device(gpu_mode):
+    from pycaffe_cli.layers.kernels.cuda import memory
+    from pycaffe_cli.synced_memory import Head
+    layer, bottom, top = set_up(rnn(), list(data(24)))
+    final = layer.recurrent_outputs[0]
+    memory.fill(final.gpu_data, 0.25)
+    layer._carry_state_gpu()
+    assert final.data_memory.head is Head.AT_GPU  # not read back to the host
+    start = layer.recurrent_inputs[0]
+    assert start.data_memory.head is Head.AT_GPU  # written on the device
+    assert np.all(start.read_data() == np.float32(0.25))
+
+
+def test_gpu_gradient(gpu_mode):
+    x, cont = data(25, t=2, n=1, feature_shape=(2,))
+    layer, bottom, top = set_up(rnn(), [x, cont])
+    # the weights' gradients are compared with the CPU's in test_gpu_matches_cpu
+    check_gradient(layer, bottom, top, check_bottom=[0], check_params=False, threshold=1e-3,
+                   directions=2, elements=3)
