@@ -81,6 +81,17 @@ class ColumnGeometry:
             kernels.col2im_nd(col, num, self.channels, self._im_nd, *self._nd, im, batch_major)
 
 
+    def gpu_im2col(self, im, num, col, batch_major):
+        """``im2col`` on flat device arrays (2-d windows only: see ``use_2d``)."""
+        from pycaffe_cli.layers.kernels.cuda import im2col
+        im2col.im2col_batch(im, num, *self._args(), col, batch_major)
+
+    def gpu_col2im(self, col, num, im, batch_major):
+        """``col2im`` on flat device arrays (2-d windows only)."""
+        from pycaffe_cli.layers.kernels.cuda import im2col
+        im2col.col2im_batch(col, num, *self._args(), im, batch_major)
+
+
 def _grow(buffer, size):
     """``buffer`` if it holds ``size`` elements, else a new float32 buffer that does."""
     return buffer if buffer.size >= size else np.empty(size, np.float32)

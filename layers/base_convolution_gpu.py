@@ -17,8 +17,8 @@ from pycaffe_cli.blob import Blob
 
 
 def _kernels():
-    from pycaffe_cli.layers.kernels.cuda import im2col, layout, math, memory
-    return im2col, layout, math, memory
+    from pycaffe_cli.layers.kernels.cuda import layout, math, memory
+    return layout, math, memory
 
 
 class ConvolutionGpuGemms:
@@ -46,24 +46,10 @@ class ConvolutionGpuGemms:
 
     def gpu_im2col(self, im, count, col):
         """col (C k..., count, P) = im2col of ``count`` flat input images on the device."""
-        im2col, *_ = _kernels()
-        kh, kw = self.geometry.kernel
-        ph, pw = self.geometry.pad
-        sh, sw = self.geometry.stride
-        dh, dw = self.geometry.dilation
-        height, width = self.geometry.im_shape
-        im2col.im2col_batch(im, count, self.conv_in_channels, height, width, kh, kw, ph, pw,
-                            sh, sw, dh, dw, col[:self._col_size(count)], False)
+        self.geometry.gpu_im2col(im, count, col[:self._col_size(count)], False)
 
     def gpu_col2im(self, col, count, im):
-        im2col, *_ = _kernels()
-        kh, kw = self.geometry.kernel
-        ph, pw = self.geometry.pad
-        sh, sw = self.geometry.stride
-        dh, dw = self.geometry.dilation
-        height, width = self.geometry.im_shape
-        im2col.col2im_batch(col[:self._col_size(count)], count, self.conv_in_channels, height,
-                            width, kh, kw, ph, pw, sh, sw, dh, dw, im, False)
+        self.geometry.gpu_col2im(col[:self._col_size(count)], count, im, False)
 
     def _col_size(self, count):
         return self.kernel_dim * self.group * self.out_spatial_dim * count
@@ -74,7 +60,7 @@ class ConvolutionGpuGemms:
 
     def gpu_weights_times_col(self, weights, col, mat, count):
         """mat (C_out, count P) = W_g @ col_g for every group g."""
-        *_, math, _ = _kernels()
+        _, math, _ = _kernels()
         rows, depth, cols = self._group_sizes(count)
         for g in range(self.group):
             math.gemm(False, False, rows, cols, depth, 1.0, weights[g * rows * depth:],
@@ -82,7 +68,7 @@ class ConvolutionGpuGemms:
 
     def gpu_weights_t_times_mat(self, weights, mat, col, count):
         """col (C k..., count P) = W_g^T @ mat_g for every group g."""
-        *_, math, _ = _kernels()
+        _, math, _ = _kernels()
         rows, depth, cols = self._group_sizes(count)
         for g in range(self.group):
             math.gemm(True, False, depth, cols, rows, 1.0, weights[g * rows * depth:],
@@ -90,7 +76,7 @@ class ConvolutionGpuGemms:
 
     def gpu_weight_grad(self, mat, col, count):
         """dW_g += mat_g @ col_g^T for every group g."""
-        *_, math, _ = _kernels()
+        _, math, _ = _kernels()
         rows, depth, cols = self._group_sizes(count)
         weight_diff = self.blobs[0].gpu_diff
         for g in range(self.group):
@@ -98,12 +84,12 @@ class ConvolutionGpuGemms:
                       col[g * depth * cols:], 1.0, weight_diff[g * rows * depth:])
 
     def gpu_mat_to_images(self, mat, count, dst, bias=None):
-        _, layout, *_ = _kernels()
+        layout, _, _ = _kernels()
         layout.channels_to_images(mat, count, self.conv_out_channels, self.out_spatial_dim,
                                   dst, bias)
 
     def gpu_images_to_mat(self, src, count, mat):
-        _, layout, *_ = _kernels()
+        layout, _, _ = _kernels()
         layout.images_to_channels(src, count, self.conv_out_channels, self.out_spatial_dim,
                                   mat)
 
@@ -111,7 +97,7 @@ class ConvolutionGpuGemms:
         """db += ``diff`` (num, num_output, positions) summed over images and positions."""
         if not (self.bias_term and self.param_propagate_down[1]):
             return
-        *_, math, memory = _kernels()
+        _, math, _ = _kernels()
         rows = self.num * self.num_output
         ones = self._ones(max(positions, self.num))
         if self._gpu_sums.count() < rows:

@@ -6,10 +6,13 @@ dilation), and for each image::
 
     top[(c, k_0, ..., k_{D-1}), o] = x[c, o * stride - pad + k * dilation]   (0 in the padding)
 
-Backward is the adjoint, col2im: each input element sums the top diffs that read it.
+Backward is the adjoint, col2im: each input element sums the top diffs that read it. 2-d
+windows also run on the GPU (the CUDA im2col/col2im kernels); N-d ones run their CPU path in
+GPU mode (logged once).
 """
 import math
 
+from pycaffe_cli import backend
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.base_convolution import ColumnGeometry
 from pycaffe_cli.layers.kernels.geometry import conv_geometry
@@ -59,3 +62,24 @@ class Im2colLayer(Layer):
         if propagate_down[0]:
             self.geometry.col2im(top[0].diff.reshape(-1), self.num,
                                  bottom[0].diff.reshape(-1), True)
+
+    def forward_gpu(self, bottom, top):
+        if not self._gpu_supported():
+            return self.forward_cpu(bottom, top)
+        self.geometry.gpu_im2col(bottom[0].gpu_data_for_reading(), self.num, top[0].gpu_data,
+                                 True)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not self._gpu_supported():
+            return self.backward_cpu(top, propagate_down, bottom)
+        if propagate_down[0]:
+            self.geometry.gpu_col2im(top[0].gpu_diff_for_reading(), self.num,
+                                     bottom[0].gpu_diff, True)
+
+    def _gpu_supported(self):
+        if self.geometry.use_2d:
+            return True
+        backend.log_once(("cpu-fallback", "Im2col", "nd"),
+                         "Im2col layers with N-d windows have no GPU path; running them on "
+                         "the CPU")
+        return False

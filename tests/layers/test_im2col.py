@@ -84,3 +84,18 @@ def test_errors(params, shape, message):
 def test_v1_name():
     assert v1_type_name("IM2COL") == "Im2col"
     assert v1_type_name("DECONVOLUTION") == "Deconvolution"
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("params", ["kernel_size: 3 stride: 2", "kernel_h: 2 kernel_w: 3 pad: 1",
+                                    "kernel_size: 2 dilation: 2 stride: 1 pad: 1"])
+def test_gpu_matches_cpu(bottom, params):
+    from tests.gpu_helpers import compare_layer_modes
+    out = compare_layer_modes(im2col(params), [bottom])[0]
+    dy = np.random.default_rng(2).normal(size=out[0].shape)
+    compare_layer_modes(im2col(params), [bottom], top_diffs=[dy])
+
+
+def test_gpu_gradient(bottom, gpu_mode):
+    layer, b, top = set_up(im2col("kernel_size: 3 pad: 1 stride: 2"), [bottom[:1]])
+    check_gradient(layer, b, top)
