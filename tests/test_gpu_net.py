@@ -1,5 +1,6 @@
 """A LeNet-shaped net wholly on the GPU: same training as on the CPU, no CPU fallbacks, and
-only the loss scalar copied to the host per iteration."""
+no blob copied to the host per iteration except the loss scalar (SoftmaxWithLoss also reads
+back two label counts from a buffer of its own)."""
 import logging
 
 import numpy as np
