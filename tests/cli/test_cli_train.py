@@ -101,13 +101,14 @@ def test_finetune_copies_weights_into_train_and_test_nets(run_cli, make_solver, 
     assert float(test_loss.split(" = ")[1].split()[0]) == pytest.approx(want, rel=1e-5)
 
 
-def test_resume_from_a_snapshot(run_cli, make_solver, tmp_path):
+@pytest.mark.parametrize("device", [[], ["-gpu", "0"]])
+def test_resume_from_a_snapshot(run_cli, make_solver, tmp_path, device):
     solver = make_solver()
-    assert run_cli("train", "-solver", solver).code == 0
+    assert run_cli("train", "-solver", solver, *device).code == 0
     first = open(snap(tmp_path, 4), "rb").read()
     os.remove(snap(tmp_path, 4))
     state = snap(tmp_path, 2, ".solverstate")
-    result = run_cli("train", "-solver", solver, "-snapshot", state)
+    result = run_cli("train", "-solver", solver, "-snapshot", state, *device)
     assert result.code == 0, result.err
     messages = result.messages
     # caffe.cpp's order: restore, then start optimising
