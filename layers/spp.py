@@ -8,6 +8,8 @@ Level l of a pyramid of height L pools the (N, C, H, W) input into about 2^l x 2
 and the top is the levels' outputs, each flattened to (N, C * bins_h * bins_w), concatenated
 in level order: (N, C * sum_l 4^l) when every level yields bins x bins. With L = 1 the top is
 the single level's (N, C, 1, 1) output, as in Caffe. Backward sums the levels' gradients.
+On the GPU the levels pool on the device and device copies assemble the top (and split its
+gradient back).
 """
 import math
 
@@ -117,6 +119,41 @@ class SPPLayer(Layer):
                 np.add(total, level.backward(level.top), out=total)
 
 
+    def forward_gpu(self, bottom, top):
+        if self.pyramid_height == 1:
+            self._levels[0].forward(bottom[0], top[0])
+            return
+        from pycaffe_cli.layers.kernels.cuda import copy
+        num, total, offset = bottom[0].shape[0], top[0].count(1), 0
+        y = top[0].gpu_data
+        for level in self._levels:
+            level.forward(bottom[0])
+            width = level.top.count(1)
+            copy.copy_block(level.top.gpu_data_for_reading(), y, num, width, 1, width, 0,
+                            total, offset)
+            offset += width
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        from pycaffe_cli.layers.kernels.cuda import copy, math, memory
+        dx = bottom[0].gpu_diff
+        if self.pyramid_height == 1:
+            memory.copy(self._levels[0].device_backward(top[0]), dx)
+            return
+        num, total, offset = bottom[0].shape[0], top[0].count(1), 0
+        dy = top[0].gpu_diff_for_reading()
+        for i, level in enumerate(self._levels):
+            width = level.top.count(1)
+            copy.copy_block(dy, level.top.gpu_diff, num, width, 1, total, offset, width, 0)
+            offset += width
+            grad = level.device_backward(level.top)
+            if i == 0:
+                memory.copy(grad, dx)
+            else:   # Caffe's Split sums in order: ((d0 + d1) + d2) + ...
+                math.add(dx.size, dx, grad, dx)
+
+
 class _Level:
     """One pyramid level: a Pooling layer reading the SPP bottom through its own Blob, so its
     gradient lands in a private diff."""
@@ -136,6 +173,11 @@ class _Level:
     def forward(self, source, top=None):
         self.bottom.share_data(source)
         self.pooling.forward([self.bottom], [top if top is not None else self.top])
+
+    def device_backward(self, top):
+        """Run the pooling backward from ``top``; return the gradient's flat device view."""
+        self.pooling.backward([top], [True], [self.bottom])
+        return self.bottom.gpu_diff_for_reading()
 
     def backward(self, top, out=None):
         """Run the pooling backward from ``top``; return the gradient (written to ``out``)."""

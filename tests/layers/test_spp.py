@@ -51,7 +51,7 @@ def level_reference(x, level, pool):
     ((2, 3, 9, 8), 3, "MAX"), ((2, 3, 9, 8), 3, "AVE"), ((1, 2, 7, 7), 3, "MAX"),
     ((2, 2, 13, 6), 2, "AVE"), ((2, 2, 8, 8), 3, "STOCHASTIC"),
 ])
-def test_forward_concatenates_the_levels(shape, height, pool):
+def test_forward_concatenates_the_levels(shape, height, pool, engine):
     x = no_ties(np.random.default_rng(0), shape, low=0.1, high=1.0)
     layer, bottom, top = set_up(spp(height, pool), [x], phase=caffe_pb2.TEST)
     layer.forward(bottom, top)
@@ -60,7 +60,7 @@ def test_forward_concatenates_the_levels(shape, height, pool):
     np.testing.assert_allclose(top[0].data, want, rtol=1e-5, atol=1e-6)
 
 
-def test_one_level_is_global_pooling():
+def test_one_level_is_global_pooling(engine):
     x = no_ties(np.random.default_rng(1), (2, 3, 5, 4))
     layer, bottom, top = set_up(spp(1), [x])
     layer.forward(bottom, top)
@@ -109,3 +109,19 @@ def test_v1_name():
 def test_user_errors_name_the_layer(text, shape, message):
     with pytest.raises(CaffeError, match=f'layer "spp": .*{message}'):
         set_up(text, [Blob(shape)])
+
+
+# --- GPU mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("height, pool", [(1, "MAX"), (3, "MAX"), (3, "AVE"), (1, "STOCHASTIC")])
+def test_gpu_matches_cpu(height, pool):
+    from tests.gpu_helpers import compare_layer_modes
+    x = no_ties(np.random.default_rng(4), (2, 2, 9, 8), low=0.1, high=1.0)
+    out = compare_layer_modes(spp(height, pool), [x], phase=caffe_pb2.TRAIN, seed=5)[0]
+    dy = np.random.default_rng(6).normal(size=out[0].shape)
+    compare_layer_modes(spp(height, pool), [x], top_diffs=[dy], phase=caffe_pb2.TRAIN, seed=5)
+
+
+def test_gpu_gradient(gpu_mode):
+    x = no_ties(np.random.default_rng(2), (1, 2, 6, 5))
+    layer, bottom, top = set_up(spp(3, "AVE"), [x])
+    check_gradient(layer, bottom, top, stepsize=1e-3)
