@@ -122,6 +122,6 @@ def test_gpu_matches_cpu(height, pool):
 
 
 def test_gpu_gradient(gpu_mode):
-    x = no_ties(np.random.default_rng(2), (1, 2, 6, 5))
+    x = no_ties(np.random.default_rng(2), (1, 2, 8, 8))
     layer, bottom, top = set_up(spp(3, "AVE"), [x])
     check_gradient(layer, bottom, top, stepsize=1e-3)
