@@ -7,12 +7,10 @@ With n = local_size (odd) and input (N, C, H, W):
                       (zero padding; k is not used, as in Caffe)
 
 Backward is the exact derivative, computed as Caffe does (see kernels/cpu/lrn.py).
-ACROSS_CHANNELS also runs on the GPU (kernels/cuda/lrn.py); WITHIN_CHANNEL runs its CPU path
-in GPU mode too (logged once).
+Both regions also run on the GPU (kernels/cuda/lrn.py).
 """
 import numpy as np
 
-from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.kernels.cpu import lrn as kernels
@@ -82,39 +80,49 @@ class LRNLayer(Layer):
 
 
     def forward_gpu(self, bottom, top):
-        if self.region != ACROSS_CHANNELS:
-            self._log_within_fallback()
-            return self.forward_cpu(bottom, top)
         from pycaffe_cli.layers.kernels.cuda import lrn as gpu
-        if not hasattr(self, "_gpu_scale"):
-            self._gpu_scale = Blob((0,))
-        self._gpu_scale.reshape_like(bottom[0])
         shape = bottom[0].shape
+        if self.region != ACROSS_CHANNELS:
+            pooled, power, scratch = self._gpu_buffers(shape, 3)
+            gpu.lrn_within_forward(_planes(bottom[0].gpu_data_for_reading(), shape),
+                                   _planes(top[0].gpu_data, shape), _planes(pooled, shape),
+                                   _planes(power, shape), _planes(scratch, shape), self.size,
+                                   self.alpha, self.beta)
+            return
+        scale, = self._gpu_buffers(shape, 1)
         gpu.lrn_across_forward(_channels(bottom[0].gpu_data_for_reading(), shape),
-                               _channels(self._gpu_scale.gpu_data, shape),
-                               _channels(top[0].gpu_data, shape), self.size,
-                               np.float32(self.alpha / np.float32(self.size)), self.k,
-                               self.beta)
+                               _channels(scale, shape), _channels(top[0].gpu_data, shape),
+                               self.size, np.float32(self.alpha / np.float32(self.size)),
+                               self.k, self.beta)
 
     def backward_gpu(self, top, propagate_down, bottom):
-        if self.region != ACROSS_CHANNELS:
-            return self.backward_cpu(top, propagate_down, bottom)
         if not propagate_down[0]:
             return
         from pycaffe_cli.layers.kernels.cuda import lrn as gpu
         shape = bottom[0].shape
+        x = bottom[0].gpu_data_for_reading()
+        dy = top[0].gpu_diff_for_reading()
+        if self.region != ACROSS_CHANNELS:
+            pooled, power, scratch = (b.gpu_data for b in self._gpu_blobs)
+            gpu.lrn_within_backward(_planes(x, shape), _planes(pooled, shape),
+                                    _planes(power, shape), _planes(dy, shape),
+                                    _planes(bottom[0].gpu_diff, shape), _planes(scratch, shape),
+                                    self.size, self.alpha, self.beta)
+            return
         cache_ratio = np.float32(2.0 * float(self.alpha) * float(self.beta) / self.size)
-        gpu.lrn_across_backward(_channels(bottom[0].gpu_data_for_reading(), shape),
+        gpu.lrn_across_backward(_channels(x, shape),
                                 _channels(top[0].gpu_data_for_reading(), shape),
-                                _channels(self._gpu_scale.gpu_data_for_reading(), shape),
-                                _channels(top[0].gpu_diff_for_reading(), shape),
-                                _channels(bottom[0].gpu_diff, shape), self.size, self.beta,
-                                cache_ratio)
+                                _channels(self._gpu_blobs[0].gpu_data_for_reading(), shape),
+                                _channels(dy, shape), _channels(bottom[0].gpu_diff, shape),
+                                self.size, self.beta, cache_ratio)
 
-    def _log_within_fallback(self):
-        backend.log_once(("cpu-fallback", "LRN", "within"),
-                         "LRN layers with norm_region WITHIN_CHANNEL have no GPU path; running "
-                         "them on the CPU")
+    def _gpu_buffers(self, shape, count):
+        """``count`` flat device buffers of the bottom's size, kept for the backward pass."""
+        if getattr(self, "_gpu_blobs", None) is None or len(self._gpu_blobs) != count:
+            self._gpu_blobs = [Blob((0,)) for _ in range(count)]
+        for blob in self._gpu_blobs:
+            blob.reshape(shape)
+        return [blob.gpu_data for blob in self._gpu_blobs]
 
 
 def _channels(array, shape=None):
@@ -124,7 +132,8 @@ def _channels(array, shape=None):
     return array.reshape(num, channels, height * width)
 
 
-def _planes(array):
-    """(N, C, H, W) -> (N*C, H, W) view."""
-    num, channels, height, width = array.shape
+def _planes(array, shape=None):
+    """(N, C, H, W) -> (N*C, H, W) view; ``shape`` gives (N, C, H, W) for a flat (device)
+    array."""
+    num, channels, height, width = array.shape if shape is None else shape
     return array.reshape(num * channels, height, width)

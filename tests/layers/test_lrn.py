@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
 from pycaffe_cli.testing import check_gradient
@@ -117,12 +116,15 @@ def test_gpu_gradient(gpu_mode):
     check_gradient(layer, bottom, top)
 
 
-def test_gpu_within_channel_runs_on_the_cpu_and_says_so(gpu_mode, caplog, monkeypatch):
-    monkeypatch.setitem(backend._state, "logged", set())
-    x = gaussian((2, 3, 4, 5))
-    layer, bottom, top = set_up(lrn("local_size: 3 norm_region: WITHIN_CHANNEL"), [x])
-    layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].read_data(), reference.lrn_within(x, 3, 1.0, 0.75),
-                               rtol=1e-5, atol=1e-5)
-    assert "WITHIN_CHANNEL have no GPU path; running them on the CPU" in caplog.text
+@pytest.mark.parametrize("params", ["local_size: 3", "local_size: 5 alpha: 0.5 beta: 0.6"])
+def test_gpu_within_channel_matches_cpu(params):
+    from tests.gpu_helpers import compare_layer_modes
+    text = lrn(params + " norm_region: WITHIN_CHANNEL")
+    x, dy = gaussian((2, 3, 4, 5)), gaussian((2, 3, 4, 5), seed=9)
+    compare_layer_modes(text, [x], top_diffs=[dy])
+
+
+def test_gpu_within_channel_gradient(gpu_mode):
+    layer, bottom, top = set_up(lrn("local_size: 3 norm_region: WITHIN_CHANNEL beta: 1.5"),
+                                [gaussian((1, 2, 4, 4))])
     check_gradient(layer, bottom, top)

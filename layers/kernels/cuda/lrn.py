@@ -14,10 +14,18 @@ column, so the backward pass is a gather with no atomics. The running sums add a
 channels in the CPU kernels' order, so scale, top and bottom_diff take the CPU's float32
 roundings, up to the power function and any multiply-adds the device compiler fuses.
 
-WITHIN_CHANNEL is not here: it is AVE pooling (``cuda/pooling.py``) plus elementwise maths.
+WITHIN_CHANNEL is AVE pooling of x^2 over a size x size window (``cuda/pooling.py``) plus
+element-wise kernels, in the CPU functions' float32 order (flat arrays, P = planes)::
+
+    pooled = avepool(x^2),  power = (1 + alpha pooled)^-beta,  y = x power
+    dx = power dy + 2 x avepool_backward(-beta alpha x dy power / (1 + alpha pooled))
 """
+import math
+
 import numpy as np
 from numba import cuda
+
+from pycaffe_cli.layers.kernels.cuda import pooling
 
 from pycaffe_cli.layers.kernels.cuda.device import device_function
 from pycaffe_cli.layers.kernels.cuda.launch import launch
@@ -100,3 +108,62 @@ def lrn_across_backward(bottom, top, scale, top_diff, bottom_diff, size, beta, c
     """Write ``bottom_diff`` (N, C, P); ``cache_ratio`` = 2 alpha beta / size (float32)."""
     launch(_lrn_across_backward_kernel, _columns(bottom), bottom, top, scale, top_diff,
            bottom_diff, size, np.float32(beta), np.float32(cache_ratio))
+
+
+# --- WITHIN_CHANNEL ---------------------------------------------------------------------------
+@cuda.jit
+def _square_kernel(n, x, out):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        out[index] = x[index] * x[index]
+
+
+@cuda.jit
+def _within_output_kernel(n, x, pooled, alpha, beta, power, top):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        value = math.pow(pooled[index] * alpha + np.float32(1), -beta)
+        power[index] = value
+        top[index] = x[index] * value
+
+
+@cuda.jit
+def _within_pooled_grad_kernel(n, x, pooled, power, top_diff, alpha, minus_beta_alpha, out):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        ratio = power[index] / (pooled[index] * alpha + np.float32(1)) * minus_beta_alpha
+        out[index] = (x[index] * top_diff[index]) * ratio
+
+
+@cuda.jit
+def _within_bottom_grad_kernel(n, x, power, top_diff, square_grad, bottom_diff):
+    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
+        bottom_diff[index] = (power[index] * top_diff[index]
+                              + square_grad[index] * (x[index] * np.float32(2)))
+
+
+def _window(size):
+    pad = (size - 1) // 2
+    return size, size, 1, 1, pad, pad
+
+
+def lrn_within_forward(bottom, top, pooled, power, scratch, size, alpha, beta):
+    """WITHIN_CHANNEL forward on (P, H, W) device planes; keeps ``pooled`` and ``power`` for
+    the backward pass (``scratch``: a (P, H, W) work array)."""
+    n = bottom.size
+    launch(_square_kernel, n, bottom.reshape(n), scratch.reshape(n))
+    pooling.ave_pool_forward(scratch, pooled, *_window(size))
+    launch(_within_output_kernel, n, bottom.reshape(n), pooled.reshape(n), np.float32(alpha),
+           np.float32(beta), power.reshape(n), top.reshape(n))
+
+
+def lrn_within_backward(bottom, pooled, power, top_diff, bottom_diff, scratch, size, alpha,
+                        beta):
+    """WITHIN_CHANNEL backward on (P, H, W) device planes: writes ``bottom_diff``; ``scratch``
+    (P, H, W) takes the pooled gradient, and ``bottom_diff`` the squares' gradient first."""
+    n = bottom.size
+    minus_beta_alpha = np.float32(-np.float32(beta) * np.float32(alpha))
+    launch(_within_pooled_grad_kernel, n, bottom.reshape(n), pooled.reshape(n),
+           power.reshape(n), top_diff.reshape(n), np.float32(alpha), minus_beta_alpha,
+           scratch.reshape(n))
+    pooling.ave_pool_backward(scratch, bottom_diff, *_window(size))
+    flat_diff = bottom_diff.reshape(n)
+    launch(_within_bottom_grad_kernel, n, bottom.reshape(n), power.reshape(n),
+           top_diff.reshape(n), flat_diff, flat_diff)

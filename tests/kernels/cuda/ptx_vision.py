@@ -4,6 +4,7 @@ from numba import types
 from pycaffe_cli.layers.kernels.cuda import im2col, lrn, pooling
 
 i64, f32, boolean = types.int64, types.float32, types.boolean
+flat_any = types.Array(f32, 1, "A")
 flat = types.Array(f32, 1, "C")
 planes = types.Array(f32, 3, "C")
 int_planes = types.Array(types.int32, 3, "C")
@@ -27,4 +28,8 @@ KERNELS = [
     (pooling._sto_pool_test_grad_kernel, [(i64,) + (planes,) * 5 + (i64,) * 4]),
     (lrn._lrn_across_forward_kernel, [(i64, planes, planes, planes, i64, f32, f32, f32)]),
     (lrn._lrn_across_backward_kernel, [(i64,) + (planes,) * 5 + (i64, f32, f32)]),
+    (lrn._square_kernel, [(i64, flat_any, flat_any)]),
+    (lrn._within_output_kernel, [(i64,) + (flat_any,) * 2 + (f32, f32) + (flat_any,) * 2]),
+    (lrn._within_pooled_grad_kernel, [(i64,) + (flat_any,) * 4 + (f32, f32, flat_any)]),
+    (lrn._within_bottom_grad_kernel, [(i64,) + (flat_any,) * 5]),
 ]
