@@ -137,6 +137,7 @@ def _push_to_device(batch):
         batch.device.clear()
         return
     from pycaffe_cli.layers.kernels.cuda import memory
+    memory.use_device(backend.device())   # this thread's CUDA context: the net's device
     if "stream" not in batch.device:
         batch.device["stream"] = memory.stream()
     stream = batch.device["stream"]

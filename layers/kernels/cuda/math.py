@@ -49,6 +49,13 @@ def cupy_blas():
     return cupy
 
 
+def use_device(device_id):
+    """Make ``device_id`` CuPy's current device too (cuBLAS runs where the blobs live)."""
+    cupy = _import_cupy()
+    if cupy is not None:
+        cupy.cuda.Device(device_id).use()
+
+
 @functools.cache
 def _import_cupy():
     from numba import config

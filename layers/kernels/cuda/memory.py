@@ -38,6 +38,12 @@ def pinned_empty(count, dtype=np.float32):
     return cuda.pinned_array(int(count), dtype)
 
 
+def use_device(device_id):
+    """Make ``device_id`` current for the calling thread (each thread has its own CUDA
+    context stack; a prefetch thread would otherwise work on device 0)."""
+    cuda.select_device(device_id)
+
+
 def stream():
     """A new CUDA stream (for copies that overlap compute)."""
     return cuda.stream()
