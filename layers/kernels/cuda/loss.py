@@ -10,32 +10,20 @@ and its backward, dx = (dy - sum_c dy_c y_c) * y, as a per-position dot then a p
 kernel. Both work in place (``out`` may be ``x``, ``dx`` may be ``dy``).
 
 Loss reductions: ``sum_into`` adds per-element loss terms (or their squares) in float64 and
-writes ``sum / divisor`` into a loss top on the device. The sum is a tree of plain grid-stride
-kernels, no shared memory or atomics: partial p of a level of m partials adds items p, p + m,
-p + 2m, ... of the level below (coalesced reads), each level about FAN_IN times smaller, and
-one thread adds the last few. Which items meet in which partial depends on n alone, so the
-sum is the same on every run and every launch size, and nothing comes to the host.
+writes ``sum / divisor`` into a loss top on the device (math.py's reduction tree: the same
+sum on every run, nothing comes to the host).
 
 ``label_counts`` is the one reduction whose result does come to the host: the number of
 labels that count (the VALID normaliser, which Caffe syncs too) and the number out of range,
 so a bad label raises the same error as on the CPU.
-
-The partial sums live in one float64 buffer shared by every caller (all work runs in order
-on one stream), which only ever grows.
 """
 import math
 
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.layers.kernels.cuda import math as gpu_math
 from pycaffe_cli.layers.kernels.cuda.launch import launch
-
-FAN_IN = 32  # values each partial sum adds (coalesced: partial p takes p, p + m, ...)
-
-SUM = 0
-SUM_OF_SQUARES = 1
-LABEL_COUNTS = 2
 
 
 # --- softmax ------------------------------------------------------------------------------
@@ -113,98 +101,29 @@ def label_class(value, num_classes, ignore_label, has_ignore):
 
 # --- reductions ---------------------------------------------------------------------------
 @cuda.jit
-def _first_level_kernel(m, n, op, x, num_classes, ignore_label, has_ignore, first, second):
-    """Partial p adds items p, p + m, p + 2m, ... of x into first[p] (and second[p]).
-
-    SUM: x; SUM_OF_SQUARES: x^2; LABEL_COUNTS: labels that count (first) and labels outside
-    [0, num_classes) that are not ignored (second; num_classes 0: no range check).
-    """
+def _label_counts_kernel(m, n, labels, num_classes, ignore_label, has_ignore, valid, bad):
+    """Partial p counts, over labels p, p + m, ...: those that count (valid) and those outside
+    [0, num_classes) that are not ignored (bad; num_classes 0: no range check)."""
     for p in range(cuda.grid(1), m, cuda.gridsize(1)):
-        total = 0.0
-        bad = 0.0
+        good = 0.0
+        wrong = 0.0
         for index in range(p, n, m):
-            value = x[index]
-            if op == SUM:
-                total += np.float64(value)
-            elif op == SUM_OF_SQUARES:
-                total += np.float64(value) * np.float64(value)
+            label = int(labels[index])
+            if has_ignore and label == ignore_label:
+                continue
+            if num_classes > 0 and (label < 0 or label >= num_classes):
+                wrong += 1.0
             else:
-                label = int(value)
-                if has_ignore and label == ignore_label:
-                    continue
-                if num_classes > 0 and (label < 0 or label >= num_classes):
-                    bad += 1.0
-                else:
-                    total += 1.0
-        first[p] = total
-        if op == LABEL_COUNTS:
-            second[p] = bad
-
-
-@cuda.jit
-def _next_level_kernel(m, n, sums, out):
-    """out[p] = sums[p] + sums[p + m] + ... (of the first n)."""
-    for p in range(cuda.grid(1), m, cuda.gridsize(1)):
-        total = 0.0
-        for index in range(p, n, m):
-            total += sums[index]
-        out[p] = total
-
-
-@cuda.jit
-def _finish_kernel(one, n, sums, divisor, out):
-    """out[0] = (sums[0] + ... + sums[n - 1]) / divisor, rounded once to float32."""
-    for _ in range(cuda.grid(1), one, cuda.gridsize(1)):
-        total = 0.0
-        for index in range(n):
-            total += sums[index]
-        out[0] = np.float32(total / divisor)
-
-
-_buffer = [None]  # the shared float64 partial-sums buffer (see the module doc)
-
-
-def _partials(count):
-    """The first ``count`` values of the shared partial-sums buffer (grown when needed)."""
-    if _buffer[0] is None or _buffer[0].size < count:
-        _buffer[0] = cuda.device_array(count, np.float64)
-    return _buffer[0][:count]
-
-
-def _levels(n):
-    """Sizes of the partial-sum levels for n > 0 values: ceil(n / FAN_IN), then again while
-    more than FAN_IN remain."""
-    sizes = [-(-n // FAN_IN)]
-    while sizes[-1] > FAN_IN:
-        sizes.append(-(-sizes[-1] // FAN_IN))
-    return sizes
-
-
-def _split(buffer, sizes):
-    """Consecutive slices of ``buffer`` with the given sizes."""
-    ends = np.cumsum([0] + sizes)
-    return [buffer[int(start):int(end)] for start, end in zip(ends, ends[1:])]
-
-
-def _fold(levels):
-    """Add each level of partial sums into the next; the last level holds <= FAN_IN values."""
-    for level, following in zip(levels, levels[1:]):
-        launch(_next_level_kernel, following.size, level.size, level, following)
-    return levels[-1]
+                good += 1.0
+        valid[p] = good
+        bad[p] = wrong
 
 
 def sum_into(n, terms, divisor, out, square=False):
     """out[0] = sum(terms[:n]) / divisor (sum of squares when ``square``), added in float64
     and written on the device; ``out`` is a loss top's flat device view."""
-    if n == 0:
-        memory.fill(out, 0)
-        return
-    sizes = _levels(n)
-    levels = _split(_partials(sum(sizes)), sizes)
-    launch(_first_level_kernel, sizes[0], n, SUM_OF_SQUARES if square else SUM, terms, 0, 0,
-           False, levels[0], levels[0])
-    last = _fold(levels)
-    launch(_finish_kernel, 1, last.size, last, np.float64(divisor), out)
+    gpu_math.reduce_into(n, gpu_math.SUMSQ if square else gpu_math.SUM, terms, terms, divisor,
+                         out)
 
 
 def label_counts(n, labels, num_classes, ignore_label):
@@ -213,16 +132,16 @@ def label_counts(n, labels, num_classes, ignore_label):
     None ignores nothing."""
     if n == 0:
         return 0, 0
-    sizes = _levels(n)
+    sizes = gpu_math.level_sizes(n)
     total = sum(sizes)
-    buffer = _partials(2 + 2 * total)
-    first = _split(buffer[2:2 + total], sizes)
-    second = _split(buffer[2 + total:], sizes)
+    buffer = gpu_math.partials(2 + 2 * total)
+    valid = gpu_math.split(buffer[2:2 + total], sizes)
+    bad = gpu_math.split(buffer[2 + total:], sizes)
     has_ignore = ignore_label is not None
-    launch(_first_level_kernel, sizes[0], n, LABEL_COUNTS, labels, num_classes,
-           int(ignore_label) if has_ignore else 0, has_ignore, first[0], second[0])
-    for index, levels in enumerate((first, second)):
-        last = _fold(levels)
-        launch(_next_level_kernel, 1, last.size, last, buffer[index:index + 1])
-    valid, bad = buffer[:2].copy_to_host()
-    return int(valid), int(bad)
+    launch(_label_counts_kernel, sizes[0], n, labels, num_classes,
+           int(ignore_label) if has_ignore else 0, has_ignore, valid[0], bad[0])
+    for index, levels in enumerate((valid, bad)):
+        last = gpu_math.fold(levels)
+        launch(gpu_math._next_level_kernel, 1, last.size, last, buffer[index:index + 1])
+    counts = buffer[:2].copy_to_host()
+    return int(counts[0]), int(counts[1])

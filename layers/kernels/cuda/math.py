@@ -7,9 +7,9 @@ pycaffe logs once that it is in use. Row-major throughout, as caffe_gpu_gemm:
 
     C (m x n) = alpha * op(A) (m x k) @ op(B) (k x n) + beta * C
 
-Reductions (dot, asum, sumsq) add in float64: each thread walks a grid-stride loop, each
-block folds its threads' sums in shared memory, and the host adds the per-block partials.
-The launch size is fixed for a given n, so the sums are repeatable run to run.
+Reductions (dot, asum, sumsq, and ``reduce_into`` for results that stay on the device) add
+in float64 over a tree of grid-stride kernels (see the section's comment): repeatable, and
+independent of the launch size.
 """
 import functools
 
@@ -17,7 +17,6 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli import backend
-from pycaffe_cli.layers.kernels.cuda import launch as launching
 from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
@@ -190,56 +189,121 @@ def sign(n, x, y):
 
 
 # --- reductions ---------------------------------------------------------------------------
-REDUCE_THREADS = 256  # the shared-memory tree below needs a power of two
+# A tree of plain grid-stride kernels, no shared memory or atomics: partial p of a level of m
+# partials adds items p, p + m, p + 2m, ... of the level below (coalesced reads), each level
+# about FAN_IN times smaller, and one thread adds the last few. Which items meet in which
+# partial depends on n alone, so a sum is the same on every run and for every launch size.
+# The float64 partials live in one buffer that only grows (all work runs in order on one
+# stream, so callers can share it).
+FAN_IN = 32
+SUM, ASUM, SUMSQ, DOT = 0, 1, 2, 3
+_partials_buffer = [None]
 
 
 @cuda.jit
-def _reduce_kernel(n, op, x, y, partials):
-    """op 0: sum x*y; 1: sum |x|; 2: sum x*x. One float64 partial per block."""
-    shared = cuda.shared.array(REDUCE_THREADS, np.float64)
-    tid = cuda.threadIdx.x
-    total = 0.0
-    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        value = np.float64(x[index])
-        if op == 0:
-            total += value * np.float64(y[index])
-        elif op == 1:
-            total += abs(value)
-        else:
-            total += value * value
-    shared[tid] = total
-    cuda.syncthreads()
-    step = cuda.blockDim.x // 2
-    while step > 0:
-        if tid < step:
-            shared[tid] += shared[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    if tid == 0:
-        partials[cuda.blockIdx.x] = shared[0]
+def _first_level_kernel(m, n, op, x, y, out):
+    """out[p] = the float64 sum of term(x, y) over items p, p + m, ... of the n."""
+    for p in range(cuda.grid(1), m, cuda.gridsize(1)):
+        total = 0.0
+        for index in range(p, n, m):
+            value = np.float64(x[index])
+            if op == SUM:
+                total += value
+            elif op == ASUM:
+                total += abs(value)
+            elif op == SUMSQ:
+                total += value * value
+            else:
+                total += value * np.float64(y[index])
+        out[p] = total
+
+
+@cuda.jit
+def _next_level_kernel(m, n, sums, out):
+    """out[p] = sums[p] + sums[p + m] + ... (of the first n)."""
+    for p in range(cuda.grid(1), m, cuda.gridsize(1)):
+        total = 0.0
+        for index in range(p, n, m):
+            total += sums[index]
+        out[p] = total
+
+
+@cuda.jit
+def _finish_kernel(one, n, sums, divisor, out):
+    """out[0] = (sums[0] + ... + sums[n - 1]) / divisor, rounded once to float32."""
+    for _ in range(cuda.grid(1), one, cuda.gridsize(1)):
+        total = 0.0
+        for index in range(n):
+            total += sums[index]
+        out[0] = np.float32(total / divisor)
+
+
+def partials(count):
+    """The first ``count`` values of the shared float64 partial-sums buffer."""
+    if _partials_buffer[0] is None or _partials_buffer[0].size < count:
+        _partials_buffer[0] = cuda.device_array(count, np.float64)
+    return _partials_buffer[0][:count]
+
+
+def level_sizes(n):
+    """Sizes of the partial-sum levels for n > 0 values: ceil(n / FAN_IN), then again while
+    more than FAN_IN remain."""
+    sizes = [-(-n // FAN_IN)]
+    while sizes[-1] > FAN_IN:
+        sizes.append(-(-sizes[-1] // FAN_IN))
+    return sizes
+
+
+def split(buffer, sizes):
+    """Consecutive slices of ``buffer`` with the given sizes."""
+    ends = np.cumsum([0] + list(sizes))
+    return [buffer[int(start):int(end)] for start, end in zip(ends, ends[1:])]
+
+
+def fold(levels):
+    """Add each level of partial sums into the next; the last level holds <= FAN_IN values."""
+    for level, following in zip(levels, levels[1:]):
+        launch(_next_level_kernel, following.size, level.size, level, following)
+    return levels[-1]
+
+
+def reduce_into(n, op, x, y, divisor, out):
+    """out[0] = (the float64 sum of term(x, y) over n items) / divisor, as float32, written
+    on the device (a loss top's flat view, say); nothing comes to the host."""
+    if n == 0:
+        from pycaffe_cli.layers.kernels.cuda import memory
+        memory.fill(out, 0)
+        return
+    sizes = level_sizes(n)
+    levels = split(partials(sum(sizes)), sizes)
+    launch(_first_level_kernel, sizes[0], n, op, x, y, levels[0])
+    last = fold(levels)
+    launch(_finish_kernel, 1, last.size, last, np.float64(divisor), out)
 
 
 def _reduce(n, op, x, y):
+    """The float64 sum of term(x, y) over n items, on the host (one 8-byte copy)."""
     if n == 0:
         return 0.0
-    threads = min(REDUCE_THREADS, launching.THREADS_PER_BLOCK)
-    threads = 1 << (threads.bit_length() - 1)  # a power of two
-    blocks = min((n + threads - 1) // threads, launching.MAX_BLOCKS)
-    partials = cuda.device_array(blocks, np.float64)
-    _reduce_kernel[blocks, threads](n, op, x, y, partials)
-    return float(partials.copy_to_host().sum())
+    sizes = level_sizes(n)
+    buffer = partials(1 + sum(sizes))
+    levels = split(buffer[1:], sizes)
+    launch(_first_level_kernel, sizes[0], n, op, x, y, levels[0])
+    last = fold(levels)
+    launch(_next_level_kernel, 1, last.size, last, buffer[:1])
+    return float(buffer[:1].copy_to_host()[0])
 
 
 def dot(n, x, y):
     """sum x * y, in float64 (caffe_gpu_dot)."""
-    return _reduce(n, 0, x, y)
+    return _reduce(n, DOT, x, y)
 
 
 def asum(n, x):
     """sum |x|, in float64 (caffe_gpu_asum)."""
-    return _reduce(n, 1, x, x)
+    return _reduce(n, ASUM, x, x)
 
 
 def sumsq(n, x):
     """sum x^2, in float64."""
-    return _reduce(n, 2, x, x)
+    return _reduce(n, SUMSQ, x, x)

@@ -14,17 +14,15 @@ ignore = (i64, boolean)  # ignore_label, has_ignore
 
 # float64 on purpose: the loss sums, and the per-pair / per-location sums the CPU paths add
 # in float64
-F64_ALLOWED = {("_first_level_kernel", 0), ("_next_level_kernel", 0), ("_finish_kernel", 0),
-               ("_pair_terms_kernel", 0), ("_infogain_terms_kernel", 0), ("_row_sums_kernel", 0)}
+F64_ALLOWED = {("_label_counts_kernel", 0), ("_pair_terms_kernel", 0),
+               ("_infogain_terms_kernel", 0), ("_row_sums_kernel", 0)}
 
 KERNELS = [
     (loss._channel_max_sum_kernel, [(i64, flat, i64, i64, flat)]),
     (loss._softmax_divide_kernel, [(i64, flat, i64, i64, flat, i64, flat)]),
     (loss._channel_dot_kernel, [(i64, flat, flat, i64, i64, flat)]),
     (loss._softmax_backward_kernel, [(i64, flat, flat, i64, i64, flat, flat)]),
-    (loss._first_level_kernel, [(i64, i64, i64, flat, i64) + ignore + (partials, partials)]),
-    (loss._next_level_kernel, [(i64, i64, partials, partials)]),
-    (loss._finish_kernel, [(i64, i64, partials, f64, flat)]),
+    (loss._label_counts_kernel, [(i64, i64, flat, i64) + ignore + (partials, partials)]),
     (softmax_with_loss._log_prob_kernel, [(i64, flat, flat, i64, i64) + ignore + (flat,)]),
     (softmax_with_loss._softmax_loss_backward_kernel,
      [(i64, flat, flat, i64, i64) + ignore + (f32, flat)]),

@@ -17,6 +17,9 @@ KERNELS = [
     (math._add_scalar_kernel, [(i64, f32, flat_any)]),
     (math._binary_kernel, [(i64, i64, flat_any, flat_any, flat_any)]),
     (math._sign_kernel, [(i64, flat_any, flat_any)]),
-    (math._reduce_kernel, [(i64, i64, flat_any, flat_any, partials)]),
+    (math._first_level_kernel, [(i64, i64, i64, flat_any, flat_any, partials)]),
+    (math._next_level_kernel, [(i64, i64, partials, partials)]),
+    (math._finish_kernel, [(i64, i64, partials, f64, flat_any)]),
 ]
-F64_ALLOWED = {("_reduce_kernel", 0)}  # reductions add in float64 on purpose
+# reductions add in float64 on purpose
+F64_ALLOWED = {("_first_level_kernel", 0), ("_next_level_kernel", 0), ("_finish_kernel", 0)}
