@@ -50,22 +50,18 @@ class ELULayer(NeuronLayer):
         np.multiply(top[0].diff, slope, out=bottom[0].diff)
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
         in_place = top[0] is bottom[0]
-        if in_place:
-            x = self._gpu_input.store(x)
+        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), in_place)
         y = top[0].gpu_data
         launch(_elu_forward_kernel, x.size, x, y, self.alpha)
-        if in_place:
-            self._gpu_output.store(y)
+        self._gpu_output.keep_if(y, in_place)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        if top[0] is bottom[0]:
-            x, y = self._gpu_input.view(), self._gpu_output.view()
-        else:
-            x, y = bottom[0].gpu_data_for_reading(), top[0].gpu_data_for_reading()
+        in_place = top[0] is bottom[0]
+        x = self._gpu_input.kept_or(bottom[0], in_place)
+        y = self._gpu_output.kept_or(top[0], in_place)
         launch(_elu_backward_kernel, x.size, x, y, top[0].gpu_diff_for_reading(),
                bottom[0].gpu_diff, self.alpha)
 

@@ -115,13 +115,10 @@ class PowerLayer(NeuronLayer):
         if self.diff_scale == 0:
             memory.fill(y, self._constant())
             return
-        x = bottom[0].gpu_data_for_reading()
         keep = top[0] is bottom[0] and self.power != 1
-        if keep:
-            x = self._gpu_input.store(x)
+        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), keep)
         launch(_power_forward_kernel, x.size, x, y, self.power, self.scale, self.shift)
-        if keep:
-            self._gpu_output.store(y)
+        self._gpu_output.keep_if(y, keep)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
@@ -132,10 +129,10 @@ class PowerLayer(NeuronLayer):
             return
         if self.power == 1:
             x = y = top[0].gpu_diff_for_reading()  # not read
-        elif top[0] is bottom[0]:
-            x, y = self._gpu_input.view(), self._gpu_output.view()
         else:
-            x, y = bottom[0].gpu_data_for_reading(), top[0].gpu_data_for_reading()
+            in_place = top[0] is bottom[0]
+            x = self._gpu_input.kept_or(bottom[0], in_place)
+            y = self._gpu_output.kept_or(top[0], in_place)
         launch(_power_backward_kernel, dx.size, x, y, top[0].gpu_diff_for_reading(), dx,
                self._gradient_case(), self.power, self.scale, self.shift, self.diff_scale)
 

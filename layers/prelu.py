@@ -124,18 +124,13 @@ class PReLULayer(NeuronLayer):
         return bottom.shape[1], bottom.count(2)
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
-        if top[0] is bottom[0]:
-            x = self._gpu_input.store(x)
+        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), top[0] is bottom[0])
         channels, inner = self._gpu_geometry(bottom[0])
         launch(_prelu_forward_kernel, x.size, x, self.blobs[0].gpu_data_for_reading(),
                top[0].gpu_data, channels, inner)
 
     def backward_gpu(self, top, propagate_down, bottom):
-        if top[0] is bottom[0]:
-            x = self._gpu_input.view()
-        else:
-            x = bottom[0].gpu_data_for_reading()
+        x = self._gpu_input.kept_or(bottom[0], top[0] is bottom[0])
         dy = top[0].gpu_diff_for_reading()
         channels, inner = self._gpu_geometry(bottom[0])
         # the slope gradient first: in place, writing dx overwrites dy

@@ -52,16 +52,12 @@ class SwishLayer(NeuronLayer):
         self._gpu_sigmoid.reshape((x.size,))
         y = top[0].gpu_data
         launch(_swish_forward_kernel, x.size, x, self._gpu_sigmoid.gpu_data, y, self.beta)
-        if top[0] is bottom[0]:
-            self._gpu_output.store(y)
+        self._gpu_output.keep_if(y, top[0] is bottom[0])
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        if top[0] is bottom[0]:
-            y = self._gpu_output.view()
-        else:
-            y = top[0].gpu_data_for_reading()
+        y = self._gpu_output.kept_or(top[0], top[0] is bottom[0])
         launch(_swish_backward_kernel, y.size, y, self._gpu_sigmoid.gpu_data_for_reading(),
                top[0].gpu_diff_for_reading(), bottom[0].gpu_diff, self.beta)
 

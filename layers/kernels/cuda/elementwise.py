@@ -36,6 +36,15 @@ class DeviceCopy:
         """The copy ``store`` made last (flat, for reading)."""
         return self._blob.gpu_data_for_reading()
 
+    def keep_if(self, array, in_place):
+        """Forward: ``array``, copied first when the layer runs in place (and so is about to
+        overwrite it); returns what the kernel should read."""
+        return self.store(array) if in_place else array
+
+    def kept_or(self, blob, in_place):
+        """Backward: the copy ``keep_if`` kept when in place, else ``blob``'s device data."""
+        return self.view() if in_place else blob.gpu_data_for_reading()
+
 
 @cuda.jit(device=True)
 def sigmoid(z):
