@@ -29,11 +29,10 @@ from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
 from pycaffe_cli.layers.base import LossLayer, register
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
-from pycaffe_cli.layers.kernels.cuda import memory
 from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.softmax import axis_dims, softmax_forward
-from pycaffe_cli.layers.softmax_with_loss import (count_labels_gpu, gather_labels, ignore_args,
-                                                  normalizer)
+from pycaffe_cli.layers.softmax_with_loss import (gather_labels, ignore_args, normalizer,
+                                                  softmax_loss_forward_gpu)
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
 LOG_THRESHOLD = np.float32(1e-20)
@@ -151,20 +150,8 @@ class InfogainLossLayer(LossLayer):
         return blob.gpu_data_for_reading()
 
     def forward_gpu(self, bottom, top):
-        outer, channels, inner = axis_dims(bottom[0], self.axis)
-        positions = outer * inner
-        scratch = self._scratch.gpu_data
-        gpu.softmax_forward(bottom[0].gpu_data_for_reading(), self.prob.gpu_data, outer,
-                            channels, inner, scratch)
-        valid = count_labels_gpu(self, bottom[1], channels, self.ignore_label)
-        ignore, has_ignore = ignore_args(self.ignore_label)
-        launch(_infogain_terms_kernel, positions, self.prob.gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), self._gpu_matrix(bottom), channels, inner,
-               ignore, has_ignore, scratch)
-        self._scale = normalizer(self.normalization, outer, inner, valid)
-        gpu.sum_into(positions, scratch, -self._scale, top[0].gpu_data)
-        if len(top) > 1:
-            memory.copy(self.prob.gpu_data_for_reading(), top[1].gpu_data)
+        softmax_loss_forward_gpu(self, bottom, top, _infogain_terms_kernel,
+                                 self._gpu_matrix(bottom))
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[1]:

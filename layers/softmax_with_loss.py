@@ -77,6 +77,27 @@ def count_labels_gpu(layer, label_blob, num_classes, ignore_label):
     return valid
 
 
+def softmax_loss_forward_gpu(layer, bottom, top, terms_kernel, *extra):
+    """The GPU forward of a softmax-based loss (SoftmaxWithLoss, InfogainLoss): softmax of
+    bottom[0] into ``layer.prob``, one loss term per (outer, inner) position by
+    ``terms_kernel(n, prob, labels, *extra, channels, inner, ignore_label, has_ignore, out)``,
+    their sum / -normaliser into top[0] on the device (``layer._scale`` keeps the normaliser
+    for backward), and prob into top[1] when asked for."""
+    outer, channels, inner = axis_dims(bottom[0], layer.axis)
+    positions = outer * inner
+    scratch = layer._scratch.gpu_data
+    gpu.softmax_forward(bottom[0].gpu_data_for_reading(), layer.prob.gpu_data, outer,
+                        channels, inner, scratch)
+    valid = count_labels_gpu(layer, bottom[1], channels, layer.ignore_label)
+    launch(terms_kernel, positions, layer.prob.gpu_data_for_reading(),
+           bottom[1].gpu_data_for_reading(), *extra, channels, inner,
+           *ignore_args(layer.ignore_label), scratch)
+    layer._scale = normalizer(layer.normalization, outer, inner, valid)
+    gpu.sum_into(positions, scratch, -layer._scale, top[0].gpu_data)
+    if len(top) > 1:
+        memory.copy(layer.prob.gpu_data_for_reading(), top[1].gpu_data)
+
+
 @register("SoftmaxWithLoss", v1="SOFTMAX_LOSS")
 class SoftmaxWithLossLayer(LossLayer):
     """Softmax cross-entropy of predictions (bottom 0) against integer labels (bottom 1)."""
@@ -139,19 +160,7 @@ class SoftmaxWithLossLayer(LossLayer):
 
     # --- GPU ---------------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
-        outer, channels, inner = axis_dims(bottom[0], self.axis)
-        positions = outer * inner
-        scratch = self._scratch.gpu_data
-        gpu.softmax_forward(bottom[0].gpu_data_for_reading(), self.prob.gpu_data, outer,
-                            channels, inner, scratch)
-        valid = count_labels_gpu(self, bottom[1], channels, self.ignore_label)
-        ignore, has_ignore = ignore_args(self.ignore_label)
-        launch(_log_prob_kernel, positions, self.prob.gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), channels, inner, ignore, has_ignore, scratch)
-        self._scale = normalizer(self.normalization, outer, inner, valid)
-        gpu.sum_into(positions, scratch, -self._scale, top[0].gpu_data)
-        if len(top) > 1:
-            memory.copy(self.prob.gpu_data_for_reading(), top[1].gpu_data)
+        softmax_loss_forward_gpu(self, bottom, top, _log_prob_kernel)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[1]:
