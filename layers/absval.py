@@ -41,14 +41,14 @@ class AbsValLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _absval_forward_kernel(n, x, y):
     """y = |x|."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         y[index] = abs(x[index])
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _absval_backward_kernel(n, x, dy, dx):
     """dx = sign(x) * dy, sign(0) = 0 and sign(NaN) = NaN as numpy's."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

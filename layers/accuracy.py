@@ -101,7 +101,7 @@ class AccuracyLayer(Layer):
         self.backward_cpu(top, propagate_down, bottom)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _hits_kernel(n, scores, labels, channels, inner, top_k, ignore, has_ignore, hits):
     """hits[p] = 1 when fewer than top_k other classes score >= the true class at p."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -119,7 +119,7 @@ def _hits_kernel(n, scores, labels, channels, inner, top_k, ignore, has_ignore, 
         hits[index] = hit
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _per_class_kernel(n, labels, hits, positions, ignore, has_ignore, accuracy):
     """accuracy[c] = hits / locations labelled c (0 when there are none)."""
     for c in range(cuda.grid(1), n, cuda.gridsize(1)):

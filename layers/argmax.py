@@ -111,7 +111,7 @@ class ArgMaxLayer(Layer):
         return False
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _top_k_kernel(n, x, dim, inner, top_k, mode, y):
     """Row (o, i) of x viewed as (outer, dim, inner): its top_k (value, index) pairs, larger
     value first and then larger index, each found as the best pair ranked below the last."""

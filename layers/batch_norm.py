@@ -201,7 +201,7 @@ class BatchNormLayer(Layer):
                                          bottom[0].gpu_diff, y, mean_dy, mean_dy_y)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _global_stats_kernel(channels, mean_sum, var_sum, factor, eps, mean, std):
     """mean = mean_sum / sf, std = sqrt(var_sum / sf + eps) (0 statistics when sf is 0)."""
     for c in range(cuda.grid(1), channels, cuda.gridsize(1)):
@@ -211,7 +211,7 @@ def _global_stats_kernel(channels, mean_sum, var_sum, factor, eps, mean, std):
         std[c] = math.sqrt(scale * var_sum[c] + eps)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _running_sums_kernel(channels, mean, var, maf, correction, eps, mean_sum, var_sum,
                          factor, std):
     """Caffe's moving-average update of the stat blobs, and std = sqrt(var + eps)."""

@@ -143,7 +143,7 @@ class BroadcastGradient:
         launch(_outer_sums_kernel, dim, partials, outer, bool(accumulate), out)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _broadcast_kernel(n, x, operand, dim, inner, multiply, y):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         value = operand[(index // inner) % dim]
@@ -153,7 +153,7 @@ def _broadcast_kernel(n, x, operand, dim, inner, multiply, y):
             y[index] = x[index] + value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _inner_sums_kernel(n, dy, x, use_x, inner, partials):
     """partials[r] = sum_i dy[r, i] (* x[r, i]) for r = o * dim + d, in float64."""
     for row in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -167,7 +167,7 @@ def _inner_sums_kernel(n, dy, x, use_x, inner, partials):
         partials[row] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _outer_sums_kernel(n, partials, outer, accumulate, out):
     """out[d] = (out[d] if accumulate) + sum_o partials[o * n + d], rounded to float32 once."""
     for d in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -61,7 +61,7 @@ class BNLLLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _bnll_forward_kernel(n, x, y):
     """y = max(x, 0) + log(1 + e^-|x|)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -70,7 +70,7 @@ def _bnll_forward_kernel(n, x, y):
         y[index] = positive + math.log1p(math.exp(-abs(value)))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _bnll_backward_kernel(n, x, dy, dx, threshold):
     """dx = dy * e / (e + 1), e = exp(min(x, threshold))."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

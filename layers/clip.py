@@ -60,7 +60,7 @@ class ClipLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _clip_forward_kernel(n, x, y, lo, hi):
     """y = max(lo, min(x, hi))."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -69,7 +69,7 @@ def _clip_forward_kernel(n, x, y, lo, hi):
         y[index] = lo if value < lo else value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _clip_backward_kernel(n, x, dy, dx, lo, hi):
     """dx = dy * [lo <= x <= hi]."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

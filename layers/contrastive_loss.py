@@ -115,7 +115,7 @@ class ContrastiveLossLayer(LossLayer):
                        alpha, bottom[i].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _pair_terms_kernel(n, channels, a, b, y, margin, legacy, dist_sq, terms):
     """dist_sq[i] = ||a_i - b_i||^2 and terms[i] = the pair's loss term (module doc)."""
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -136,7 +136,7 @@ def _pair_terms_kernel(n, channels, a, b, y, margin, legacy, dist_sq, terms):
             terms[i] = gap * gap
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _contrastive_backward_kernel(n, channels, a, b, y, dist_sq, margin, legacy, alpha, diff):
     """diff = (a - b) times the pair's factor for step ``alpha`` (module doc)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -125,7 +125,7 @@ def _philox_uniform(seed, counter):
     return np.float32(c0 >> SHIFT8) * UNIT24
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _dropout_kernel(n, x, y, seed, ratio, scale):
     """y = x * scale where element i is kept (u(seed, i) >= ratio), x * 0 elsewhere: the
     forward on data, the backward on diffs (``x`` may be ``y``)."""

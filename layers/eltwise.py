@@ -173,13 +173,13 @@ class EltwiseLayer(Layer):
             gpu_math.mul(n, out, data, out)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _weighted_sum_kernel(n, a, x, b, y, out):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         out[index] = a * x[index] + b * y[index]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _max_first_kernel(n, x0, x1, out, max_index):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         first = x0[index]
@@ -192,7 +192,7 @@ def _max_first_kernel(n, x0, x1, out, max_index):
             max_index[index] = 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _max_next_kernel(n, x, which, out, max_index):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         value = x[index]
@@ -201,7 +201,7 @@ def _max_next_kernel(n, x, which, out, max_index):
             max_index[index] = which
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _max_backward_kernel(n, max_index, which, top_diff, diff):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         if max_index[index] == which:

@@ -67,7 +67,7 @@ class ELULayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _elu_forward_kernel(n, x, y, alpha):
     """y = x if x > 0 else alpha * (e^x - 1) (the CPU's sum with its zero term left out)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -78,7 +78,7 @@ def _elu_forward_kernel(n, x, y, alpha):
             y[index] = alpha * (math.exp(value) - np.float32(1))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _elu_backward_kernel(n, x, y, dy, dx, alpha):
     """dx = dy if x > 0 else dy * (alpha + y)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -91,14 +91,14 @@ class ExpLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _exp_forward_kernel(n, x, y, inner_scale, outer_scale):
     """y = outer_scale * exp(inner_scale * x) (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         y[index] = math.exp(inner_scale * x[index]) * outer_scale
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _exp_backward_kernel(n, y, dy, dx, inner_scale):
     """dx = y * dy * inner_scale."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

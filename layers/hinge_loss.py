@@ -100,7 +100,7 @@ def _label_sign(index, labels, dim):
     return np.float32(1)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _margin_kernel(n, x, labels, dim, margin):
     """margin = max(0, 1 + s x)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -108,7 +108,7 @@ def _margin_kernel(n, x, labels, dim, margin):
         margin[index] = np.float32(0) if value < 0 else value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _hinge_backward_kernel(n, margin, labels, dim, squared, alpha, diff):
     """L2: diff = s m alpha; L1: diff = s sign(m) alpha (alpha carries the 2 of L2)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

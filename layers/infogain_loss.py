@@ -171,7 +171,7 @@ class InfogainLossLayer(LossLayer):
                has_ignore, alpha, bottom[0].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _infogain_terms_kernel(n, prob, labels, matrix, channels, inner, ignore, has_ignore,
                            terms):
     """terms[p] = sum_c H[l_p, c] log(max(prob[., c, .], 1e-20)), 0 where not counted."""
@@ -187,7 +187,7 @@ def _infogain_terms_kernel(n, prob, labels, matrix, channels, inner, ignore, has
         terms[index] = np.float32(total)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _row_sums_kernel(n, matrix, row_sums):
     """row_sums[r] = sum_c H[r, c], added in float64."""
     for r in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -197,7 +197,7 @@ def _row_sums_kernel(n, matrix, row_sums):
         row_sums[r] = np.float32(total)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _infogain_backward_kernel(n, prob, labels, matrix, row_sums, channels, inner, ignore,
                               has_ignore, alpha, diff):
     """diff = (prob * rowsum(H)[l] - H[l, c]) * alpha, 0 where not counted."""

@@ -83,14 +83,14 @@ class LogLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _log_forward_kernel(n, x, y, scale, shift, base_scale):
     """y = base_scale * ln(shift + scale * x)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         y[index] = math.log(x[index] * scale + shift) * base_scale
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _log_backward_kernel(n, x, dy, dx, scale, shift, num_scale):
     """dx = dy * num_scale / (shift + scale * x)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

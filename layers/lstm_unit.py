@@ -152,7 +152,7 @@ def _gpu_gates(x, cont, row, base, hidden):
     return i, f, o, g
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _forward_kernel(n, hidden, c_prev, x, cont, c, h):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         row = index // hidden
@@ -163,7 +163,7 @@ def _forward_kernel(n, hidden, c_prev, x, cont, c, h):
         h[index] = o * math.tanh(cell)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _backward_kernel(n, hidden, c_prev, x, cont, c, dc, dh, to_c_prev, to_x, dc_prev, dx):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         row = index // hidden

@@ -81,7 +81,7 @@ class MultinomialLogisticLossLayer(LossLayer):
                bottom[1].gpu_data_for_reading(), self.dim, alpha, bottom[0].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _log_picked_kernel(n, prob, labels, dim, terms):
     """terms[i] = log(max(prob[i, l_i], 1e-20))."""
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -93,7 +93,7 @@ def _log_picked_kernel(n, prob, labels, dim, terms):
             terms[i] = math.log(LOG_THRESHOLD if picked < LOG_THRESHOLD else picked)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _picked_backward_kernel(n, prob, labels, dim, alpha, diff):
     """diff = alpha / max(prob, 1e-20) at each item's label, 0 elsewhere."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -111,7 +111,7 @@ class MVNLayer(Layer):
                                              bottom[0].gpu_diff, mean_dy=mean_dy)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sigma_kernel(rows, var, eps, sigma):
     """sigma = sqrt(var) + eps (the CPU path roots the unrounded float64 variance: the same
     float32 sigma up to one rounding)."""

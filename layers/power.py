@@ -145,7 +145,7 @@ class PowerLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _power_forward_kernel(n, x, y, power, scale, shift):
     """y = (shift + scale * x)^power, for diff_scale non-zero (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -155,7 +155,7 @@ def _power_forward_kernel(n, x, y, power, scale, shift):
         y[index] = base if power == 1 else base ** power
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _power_backward_kernel(n, x, y, dy, dx, case, power, scale, shift, diff_scale):
     """dx = dy * dy/dx in the CPU's ``case`` (see ``GRAD_*``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -157,7 +157,7 @@ class PReLULayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _prelu_forward_kernel(n, x, slopes, y, channels, inner):
     """y = x if x > 0 else a_c x (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -168,7 +168,7 @@ def _prelu_forward_kernel(n, x, slopes, y, channels, inner):
             y[index] = slopes[(index // inner) % channels] * value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _prelu_backward_kernel(n, x, dy, slopes, dx, channels, inner):
     """dx = dy * (a_c if x <= 0 else 1) (``dy`` may be ``dx``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -178,7 +178,7 @@ def _prelu_backward_kernel(n, x, dy, slopes, dx, channels, inner):
             dx[index] = dy[index]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _slope_partials_kernel(x, dy, partials, channels, inner, parts):
     """partials[c * parts + p] = sum over block p's share of channel c of dy x [x <= 0]."""
     shared = cuda.shared.array(REDUCE_THREADS, np.float64)
@@ -206,7 +206,7 @@ def _slope_partials_kernel(x, dy, partials, channels, inner, parts):
         cuda.syncthreads()  # shared[0] read before the next task's fold writes it
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _slope_diff_kernel(n, partials, parts, slope_diff):
     """slope_diff[c] += sum of channel c's ``parts`` partials (n = channels)."""
     for c in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -97,7 +97,7 @@ class ReductionLayer(Layer):
                    self.coeff, bottom[0].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _row_reduce_kernel(num, op, dim, x, coeff, y):
     """y[row] = coeff * sum_j f(x[row, j]): one block per row, float64 partial sums."""
     shared = cuda.shared.array(REDUCE_THREADS, np.float64)
@@ -124,7 +124,7 @@ def _row_reduce_kernel(num, op, dim, x, coeff, y):
             y[row] = np.float32(shared[0] * coeff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _reduction_backward_kernel(n, op, dim, x, top_diff, coeff, bottom_diff):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         scale = top_diff[index // dim] * coeff

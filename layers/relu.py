@@ -145,7 +145,7 @@ _relu_grad_cuda = device_function(relu_grad_at_py)
 _leaky_relu_grad_cuda = device_function(leaky_relu_grad_at_py)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _relu_forward_kernel(n, x, y, slope):
     """y = max(x, 0) + slope * min(x, 0) (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -155,7 +155,7 @@ def _relu_forward_kernel(n, x, y, slope):
             _leaky_relu_cuda(x, y, slope, index)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _relu_backward_kernel(n, x, dy, dx, slope):
     """dx = dy * ([x > 0] + slope * [x <= 0]) (``dy`` may be ``dx``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -43,14 +43,14 @@ class SigmoidLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _sigmoid_forward_kernel(n, x, y):
     """y = sigmoid(x) (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         y[index] = sigmoid(x[index])
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sigmoid_backward_kernel(n, y, dy, dx):
     """dx = dy * y * (1 - y)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -118,7 +118,7 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
                has_ignore, alpha, bottom[0].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sigmoid_loss_kernel(n, x, t, ignore, has_ignore, terms):
     """terms = x (t - [x >= 0]) - log(1 + exp(x - 2 x [x >= 0])), 0 at ignored targets."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -132,7 +132,7 @@ def _sigmoid_loss_kernel(n, x, t, ignore, has_ignore, terms):
                 np.float32(1) + math.exp(value - np.float32(2) * value * positive))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sigmoid_loss_backward_kernel(n, x, t, ignore, has_ignore, alpha, diff):
     """diff = (sigmoid(x) - t) * alpha, 0 at ignored targets."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -175,7 +175,7 @@ class SoftmaxWithLossLayer(LossLayer):
                inner, ignore, has_ignore, alpha, bottom[0].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _log_prob_kernel(n, prob, labels, channels, inner, ignore, has_ignore, terms):
     """terms[p] = log(max(prob of the label at location p, FLT_MIN)), 0 where not counted."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -187,7 +187,7 @@ def _log_prob_kernel(n, prob, labels, channels, inner, ignore, has_ignore, terms
             terms[index] = math.log(FLT_MIN if picked < FLT_MIN else picked)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _softmax_loss_backward_kernel(n, prob, labels, channels, inner, ignore, has_ignore, alpha,
                                   diff):
     """diff = (prob - onehot(label)) * alpha, 0 at locations that do not count."""

@@ -63,7 +63,7 @@ class SwishLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _swish_forward_kernel(n, x, s, y, beta):
     """s = sigmoid(beta x), y = x s (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -73,7 +73,7 @@ def _swish_forward_kernel(n, x, s, y, beta):
         y[index] = value * gate
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _swish_backward_kernel(n, y, s, dy, dx, beta):
     """dx = dy * (beta y + s (1 - beta y))."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -40,14 +40,14 @@ class TanHLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _tanh_forward_kernel(n, x, y):
     """y = tanh(x) (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         y[index] = math.tanh(x[index])
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _tanh_backward_kernel(n, y, dy, dx):
     """dx = dy * (1 - y^2)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -45,7 +45,7 @@ class ThresholdLayer(NeuronLayer):
 
 
 # --- GPU ------------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _threshold_forward_kernel(n, x, y, threshold):
     """y = 1 if x > threshold else 0 (``x`` may be ``y``)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):

@@ -59,7 +59,7 @@ class TileLayer(Layer):
                    top[0].gpu_diff_for_reading(), self.tiles, self.inner, bottom[0].gpu_diff)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _tile_backward_kernel(n, top_diff, tiles, inner, bottom_diff):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         start = (index // inner) * tiles * inner + index % inner

@@ -15,7 +15,7 @@ from pycaffe_cli.layers.kernels.cuda.launch import launch
 _ONE = np.float32(1)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sgd_kernel(n, diff, history, local_rate, momentum, nesterov):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         previous = history[i]
@@ -27,7 +27,7 @@ def _sgd_kernel(n, diff, history, local_rate, momentum, nesterov):
             diff[i] = updated
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _adagrad_kernel(n, diff, history, local_rate, delta):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         g = diff[i]
@@ -36,7 +36,7 @@ def _adagrad_kernel(n, diff, history, local_rate, delta):
         diff[i] = local_rate * (g / (math.sqrt(h) + delta))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _rmsprop_kernel(n, diff, history, local_rate, rms_decay, delta):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         g = diff[i]
@@ -45,7 +45,7 @@ def _rmsprop_kernel(n, diff, history, local_rate, rms_decay, delta):
         diff[i] = local_rate * (g / (math.sqrt(h) + delta))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _adadelta_kernel(n, diff, grad_history, update_history, local_rate, momentum, delta):
     one_minus = _ONE - momentum
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -57,7 +57,7 @@ def _adadelta_kernel(n, diff, grad_history, update_history, local_rate, momentum
         diff[i] = u * local_rate
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _adam_kernel(n, diff, m, v, beta1, beta2, eps_hat, scale):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         g = diff[i]
@@ -68,7 +68,7 @@ def _adam_kernel(n, diff, m, v, beta1, beta2, eps_hat, scale):
         diff[i] = scale * (mi / (math.sqrt(vi) + eps_hat))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _l1_kernel(n, decay, data, diff):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         value = data[i]

@@ -54,7 +54,7 @@ def _fold(shared, start, stop, tid):
             shared[row, 0] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _moments_kernel(channels, num, inner, x, mean, var):
     # row 0 folds the sums of x, row 1 the squares: thread 0 reads a row only before the
     # barrier that precedes the row's next use, so no barrier closes an iteration
@@ -86,7 +86,7 @@ def _moments_kernel(channels, num, inner, x, mean, var):
             var[c] = np.float32(shared[1, 0] / per_channel)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _dot_means_kernel(channels, num, inner, dy, y, with_y, mean_dy, mean_dy_y):
     # rows 0-1 on even iterations, 2-3 on odd ones: thread 0 has read a pair before the
     # barrier of the next iteration, which comes before the pair's next use
@@ -115,7 +115,7 @@ def _dot_means_kernel(channels, num, inner, dy, y, with_y, mean_dy, mean_dy_y):
         first = 2 - first
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _normalize_kernel(n, channels, inner, x, mean, scale, divide, y, y_copy):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         c = (index // inner) % channels
@@ -126,7 +126,7 @@ def _normalize_kernel(n, channels, inner, x, mean, scale, divide, y, y_copy):
         y_copy[index] = value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _normalize_backward_kernel(n, channels, inner, op, dy, y, mean_dy, mean_dy_y, scale, dx):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         c = (index // inner) % channels

@@ -26,7 +26,7 @@ from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 # --- strided blocks -----------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _strided_copy_kernel(n, shape, src, src_base, src_strides, dst, dst_base, dst_strides):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         rest = index
@@ -91,7 +91,7 @@ def tile(src, dst, outer, tiles, inner):
 
 
 # --- indexed rows -------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _gather_rows_kernel(n, index, rows, inner, src, dst):
     for element in range(cuda.grid(1), n, cuda.gridsize(1)):
         row = int(index[element // inner])
@@ -101,7 +101,7 @@ def _gather_rows_kernel(n, index, rows, inner, src, dst):
             dst[element] = 0
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sort_index_kernel(n, index, order):
     """order[rank of j] = j, ranking by (row, j): a stable sort of the truncated indices."""
     for j in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -114,7 +114,7 @@ def _sort_index_kernel(n, index, order):
         order[rank] = j
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _gather_add_rows_kernel(n, index, order, count, inner, src, accumulate, dst):
     for element in range(cuda.grid(1), n, cuda.gridsize(1)):
         row = element // inner

@@ -93,7 +93,7 @@ _im2col_at = device_function(im2col_at_py)
 _col2im_at = device_function(col2im_at_py)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _im2col_kernel(n, data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                    stride_h, stride_w, dilation_h, dilation_w, col, batch_major):
     out_h = _conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
@@ -104,7 +104,7 @@ def _im2col_kernel(n, data, num, channels, height, width, kernel_h, kernel_w, pa
                    index)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _col2im_kernel(n, col, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                    stride_h, stride_w, dilation_h, dilation_w, data, batch_major):
     out_h = _conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)

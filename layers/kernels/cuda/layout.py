@@ -9,7 +9,7 @@ from numba import cuda
 from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _channels_to_images_kernel(n, src, num, channels, size, bias, use_bias, dst):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         p = index % size
@@ -21,7 +21,7 @@ def _channels_to_images_kernel(n, src, num, channels, size, bias, use_bias, dst)
         dst[index] = value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _images_to_channels_kernel(n, src, num, channels, size, dst):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         p = index % size
@@ -30,7 +30,7 @@ def _images_to_channels_kernel(n, src, num, channels, size, dst):
         dst[index] = src[(image * channels + c) * size + p]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _add_channel_bias_kernel(n, channels, size, bias, data):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         data[index] += bias[(index // size) % channels]

@@ -27,7 +27,7 @@ from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 # --- softmax ------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _channel_max_sum_kernel(n, x, channels, inner, stats):
     """stats[p] = max over channels at position p, stats[n + p] = sum of exp(x - max)."""
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -44,14 +44,14 @@ def _channel_max_sum_kernel(n, x, channels, inner, stats):
         stats[n + index] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _softmax_divide_kernel(n, x, channels, inner, stats, positions, out):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         position = (index // (channels * inner)) * inner + index % inner
         out[index] = math.exp(x[index] - stats[position]) / stats[positions + position]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _channel_dot_kernel(n, y, dy, channels, inner, dots):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         start = (index // inner) * channels * inner + index % inner
@@ -61,7 +61,7 @@ def _channel_dot_kernel(n, y, dy, channels, inner, dots):
         dots[index] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _softmax_backward_kernel(n, y, dy, channels, inner, dots, dx):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         position = (index // (channels * inner)) * inner + index % inner
@@ -100,7 +100,7 @@ def label_class(value, num_classes, ignore_label, has_ignore):
 
 
 # --- reductions ---------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _label_counts_kernel(m, n, labels, num_classes, ignore_label, has_ignore, valid, bad):
     """Partial p counts, over labels p, p + m, ...: those that count (valid) and those outside
     [0, num_classes) that are not ignored (bad; num_classes 0: no range check)."""

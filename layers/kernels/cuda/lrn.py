@@ -75,7 +75,7 @@ _lrn_across_forward_at = device_function(lrn_across_forward_at_py)
 _lrn_across_backward_at = device_function(lrn_across_backward_at_py)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _lrn_across_forward_kernel(n, bottom, scale, top, size, alpha_over_size, k, beta):
     pixels = bottom.shape[2]
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -83,7 +83,7 @@ def _lrn_across_forward_kernel(n, bottom, scale, top, size, alpha_over_size, k, 
                                index // pixels, index % pixels)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _lrn_across_backward_kernel(n, bottom, top, scale, top_diff, bottom_diff, size, beta,
                                 cache_ratio):
     pixels = bottom.shape[2]
@@ -111,13 +111,13 @@ def lrn_across_backward(bottom, top, scale, top_diff, bottom_diff, size, beta, c
 
 
 # --- WITHIN_CHANNEL ---------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _square_kernel(n, x, out):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         out[index] = x[index] * x[index]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _within_output_kernel(n, x, pooled, alpha, beta, power, top):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         value = math.pow(pooled[index] * alpha + np.float32(1), -beta)
@@ -125,14 +125,14 @@ def _within_output_kernel(n, x, pooled, alpha, beta, power, top):
         top[index] = x[index] * value
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _within_pooled_grad_kernel(n, x, pooled, power, top_diff, alpha, minus_beta_alpha, out):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         ratio = power[index] / (pooled[index] * alpha + np.float32(1)) * minus_beta_alpha
         out[index] = (x[index] * top_diff[index]) * ratio
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _within_bottom_grad_kernel(n, x, power, top_diff, square_grad, bottom_diff):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         bottom_diff[index] = (power[index] * top_diff[index]

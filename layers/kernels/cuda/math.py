@@ -21,7 +21,7 @@ from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 # --- GEMM ---------------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _gemm_kernel(n_out, trans_a, trans_b, m, n, k, alpha, a, b, beta, c):
     for index in range(cuda.grid(1), n_out, cuda.gridsize(1)):
         i = index // n
@@ -97,7 +97,7 @@ def gemv(trans_a, m, n, alpha, a, x, beta, y):
 
 
 # --- element-wise -------------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _axpby_kernel(n, alpha, x, beta, y):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         if beta == 0:
@@ -106,19 +106,19 @@ def _axpby_kernel(n, alpha, x, beta, y):
             y[index] = alpha * x[index] + beta * y[index]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _scal_kernel(n, alpha, x):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         x[index] *= alpha
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _add_scalar_kernel(n, alpha, x):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         x[index] += alpha
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _binary_kernel(n, op, a, b, y):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         if op == 0:
@@ -131,7 +131,7 @@ def _binary_kernel(n, op, a, b, y):
             y[index] = a[index] / b[index]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sign_kernel(n, x, y):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         value = x[index]
@@ -200,7 +200,7 @@ SUM, ASUM, SUMSQ, DOT = 0, 1, 2, 3
 _partials_buffer = [None]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _first_level_kernel(m, n, op, x, y, out):
     """out[p] = the float64 sum of term(x, y) over items p, p + m, ... of the n."""
     for p in range(cuda.grid(1), m, cuda.gridsize(1)):
@@ -218,7 +218,7 @@ def _first_level_kernel(m, n, op, x, y, out):
         out[p] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _next_level_kernel(m, n, sums, out):
     """out[p] = sums[p] + sums[p + m] + ... (of the first n)."""
     for p in range(cuda.grid(1), m, cuda.gridsize(1)):
@@ -228,7 +228,7 @@ def _next_level_kernel(m, n, sums, out):
         out[p] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _finish_kernel(one, n, sums, divisor, out):
     """out[0] = (sums[0] + ... + sums[n - 1]) / divisor, rounded once to float32."""
     for _ in range(cuda.grid(1), one, cuda.gridsize(1)):

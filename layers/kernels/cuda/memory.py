@@ -10,7 +10,7 @@ from numba import cuda
 from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _fill_kernel(n, value, out):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         out[index] = value

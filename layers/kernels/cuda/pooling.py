@@ -98,7 +98,7 @@ def _split(index, rows, cols):
 
 
 # --- kernels: one thread per element of the array being written ---------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _max_pool_forward_kernel(n, bottom, top, mask, kernel_h, kernel_w, stride_h, stride_w,
                              pad_h, pad_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -107,7 +107,7 @@ def _max_pool_forward_kernel(n, bottom, top, mask, kernel_h, kernel_w, stride_h,
                              stride_w, pad_h, pad_w)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _route_backward_kernel(n, top_diff, index_map, bottom_diff, kernel_h, kernel_w, stride_h,
                            stride_w, pad_h, pad_w):
     pooled_h, pooled_w = top_diff.shape[1], top_diff.shape[2]
@@ -118,7 +118,7 @@ def _route_backward_kernel(n, top_diff, index_map, bottom_diff, kernel_h, kernel
         _route_grad_at(top_diff, index_map, bottom_diff, p, h, w, ph0, ph1, pw0, pw1)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _ave_pool_forward_kernel(n, bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h,
                              pad_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -127,7 +127,7 @@ def _ave_pool_forward_kernel(n, bottom, top, kernel_h, kernel_w, stride_h, strid
                              pad_h, pad_w)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _ave_pool_backward_kernel(n, top_diff, bottom_diff, kernel_h, kernel_w, stride_h,
                               stride_w, pad_h, pad_w):
     pooled_h, pooled_w = top_diff.shape[1], top_diff.shape[2]
@@ -139,7 +139,7 @@ def _ave_pool_backward_kernel(n, top_diff, bottom_diff, kernel_h, kernel_w, stri
                               kernel_w, stride_h, stride_w, pad_h, pad_w)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sto_pool_train_kernel(n, bottom, uniform, top, rand_idx, kernel_h, kernel_w, stride_h,
                            stride_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -148,7 +148,7 @@ def _sto_pool_train_kernel(n, bottom, uniform, top, rand_idx, kernel_h, kernel_w
                            stride_h, stride_w)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sto_pool_test_kernel(n, bottom, top, window_sum, kernel_h, kernel_w, stride_h, stride_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         p, ph, pw = _split(index, top.shape[1], top.shape[2])
@@ -156,7 +156,7 @@ def _sto_pool_test_kernel(n, bottom, top, window_sum, kernel_h, kernel_w, stride
                           stride_w)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _sto_pool_test_grad_kernel(n, bottom, top, window_sum, top_diff, bottom_diff, kernel_h,
                                kernel_w, stride_h, stride_w):
     pooled_h, pooled_w = top_diff.shape[1], top_diff.shape[2]

@@ -11,7 +11,8 @@ The signatures live beside this script in ``ptx_*.py`` modules (one per area), e
 ``KERNELS`` list of (kernel, [argument type tuples]) and an ``F64_ALLOWED`` set of
 (kernel name, signature number). Every ``cuda.jit`` kernel defined anywhere in pycaffe must
 appear in one of them: ``uncovered <module>.<kernel>`` is printed, and the check fails,
-for any that does not.
+for any that does not. Every kernel must also be declared with ``cache=True`` (a net's kernels
+then compile once per machine, not once per run): ``uncached <module>.<kernel>`` otherwise.
 """
 import importlib
 import pathlib
@@ -38,6 +39,7 @@ dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capabili
 
 from numba import cuda  # noqa: E402
 from numba.cuda.dispatcher import CUDADispatcher  # noqa: E402
+from numba.core.caching import NullCache  # noqa: E402
 
 
 def signature_modules():
@@ -47,7 +49,7 @@ def signature_modules():
 
 
 def all_kernels():
-    """{id: "module.name"} of every cuda.jit kernel (not device function) in pycaffe."""
+    """{id: ("module.name", dispatcher)} of every cuda.jit kernel (not device function)."""
     import pycaffe_cli
     import pycaffe_cli.layers
     found = {}
@@ -60,7 +62,7 @@ def all_kernels():
             for name, value in vars(module).items():
                 if (isinstance(value, CUDADispatcher) and value.__module__ == module.__name__
                         and not value.targetoptions.get("device")):
-                    found[id(value)] = f"{module.__name__}.{name}"
+                    found[id(value)] = (f"{module.__name__}.{name}", value)
     return found
 
 
@@ -79,9 +81,12 @@ def main():
                 failed |= (name, number) not in f64_allowed
         print(f"compiled {name}")
     covered = {id(kernel) for kernel, _ in kernels}
-    for key, where in all_kernels().items():
+    for key, (where, kernel) in all_kernels().items():
         if key not in covered:
             print(f"uncovered {where}")
+            failed = True
+        if isinstance(kernel._cache, NullCache):
+            print(f"uncached {where}")
             failed = True
     sys.exit(1 if failed else 0)
 
