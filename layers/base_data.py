@@ -12,9 +12,11 @@ forward*, never after the batches still waiting in the queue; ``set_state`` stop
 moves the reader there and starts it again. Caffe itself restarts data layers from the start.
 
 GPU mode: the prefetch thread also stages each finished batch in pinned (page-locked) host
-memory and copies it to device arrays of its own on a stream of its own, so ``forward``
-only makes a device-to-device copy into the tops and the upload overlaps the net's work
-(Caffe's async_gpu_push).
+memory and copies it to device arrays of its own on a stream of its own (Caffe's
+async_gpu_push), so ``forward`` only makes a device-to-device copy into the tops. Reading,
+decoding and staging overlap the net's work. The copy itself does not run beside the net's
+kernels: numba's streams synchronise with the default stream, which is what keeps a recycled
+batch's device arrays from being refilled before ``forward``'s copy out of them has run.
 """
 import weakref
 

@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli import backend
+from pycaffe_cli.layers.kernels.cuda import memory
 from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
@@ -75,6 +76,12 @@ def gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c):
     0 never reads C, as BLAS.
     """
     if m == 0 or n == 0:
+        return
+    if k == 0:  # C = beta C; cuBLAS would reject the empty operand's leading dimension
+        if beta == 0:
+            memory.fill(c[:m * n], 0)
+        else:
+            scal(m * n, beta, c)
         return
     cupy = cupy_blas()
     if cupy is None:

@@ -56,14 +56,24 @@ def test_gemv(trans_a):
                                atol=1e-6)
 
 
+def cublas_leading_dimension_ok(matrix):
+    """CuPy passes a 2-d array to cuBLAS column-major: an F-contiguous one (zero-size and
+    single-row/column arrays count) as it is, with ld = rows, a C-contiguous one transposed,
+    with ld = columns; cuBLAS rejects an ld below 1."""
+    return (matrix.shape[0] if matrix.flags.f_contiguous else matrix.shape[1]) >= 1
+
+
 class FakeCupy:
-    """Enough of CuPy for ``gemm``'s cuBLAS path, computed with numpy (asarray = a view)."""
+    """Enough of CuPy for ``gemm``'s cuBLAS path, computed with numpy (asarray = a view),
+    refusing what real cuBLAS refuses."""
 
     class cublas:  # noqa: N801
         calls = []
 
         @staticmethod
         def gemm(transa, transb, a, b, out, alpha, beta):
+            for matrix in (a, b, out):
+                assert cublas_leading_dimension_ok(matrix), ("cuBLAS: invalid ld", matrix.shape)
             FakeCupy.cublas.calls.append((transa, transb, a.shape, b.shape, out.shape))
             op_a = a.T if transa == "T" else a
             op_b = b.T if transb == "T" else b
@@ -97,6 +107,33 @@ def test_gemm_hands_cublas_row_major_views(trans_a, trans_b, monkeypatch):
     assert FakeCupy.cublas.calls == [("T" if trans_a else "N", "T" if trans_b else "N",
                                       (k, m) if trans_a else (m, k),
                                       (n, k) if trans_b else (k, n), (m, n))]
+
+
+@pytest.mark.parametrize("trans_a, trans_b", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize("m, n, k", [(1, 4, 5), (3, 1, 5), (3, 4, 1), (1, 1, 1)])
+def test_gemm_single_row_or_column_operands_reach_cublas_validly(trans_a, trans_b, m, n, k,
+                                                                  monkeypatch):
+    a = RNG.normal(size=m * k).astype(np.float32)
+    b = RNG.normal(size=k * n).astype(np.float32)
+    c = RNG.normal(size=m * n).astype(np.float32)
+    want = reference_gemm(trans_a, trans_b, m, n, k, 2.0, a, b, 1.0, c)
+    monkeypatch.setattr(gpu_math, "cupy_blas", lambda: FakeCupy)
+    gpu_math.gemm(trans_a, trans_b, m, n, k, 2.0, HostArray(a), HostArray(b), 1.0,
+                  HostArray(c))
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("use_fake_cublas", [False, True])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_gemm_with_empty_inner_dimension_scales_c(use_fake_cublas, beta, monkeypatch):
+    if use_fake_cublas:
+        monkeypatch.setattr(gpu_math, "cupy_blas", lambda: FakeCupy)
+    m, n = 3, 4
+    c = RNG.normal(size=m * n).astype(np.float32)
+    c_device = _upload(c if beta else np.full(m * n, np.nan, np.float32))
+    empty = memory.empty(0)
+    gpu_math.gemm(False, False, m, n, 0, 1.0, empty, empty, beta, c_device)
+    np.testing.assert_array_equal(c_device.copy_to_host(), (beta * c).astype(np.float32))
 
 
 @pytest.mark.parametrize("n", [1, 31, 64, 1000])
