@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo demo-mlp test test-fast proto bench clean
+.PHONY: setup demo demo-mlp test test-fast test-gpu proto bench clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,11 @@ test: setup
 # Everything but the slow end-to-end runs.
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The suite on a real NVIDIA GPU instead of numba's CUDA simulator (adds the gpu extra first).
+test-gpu: setup
+	$(BIN)/pip install --quiet -e '.[gpu,test]'
+	NUMBA_ENABLE_CUDASIM=0 $(BIN)/python -m pytest -q
 
 # Regenerate proto/caffe_pb2.py from proto/caffe.proto (needs the dev extra: grpcio-tools).
 proto: setup

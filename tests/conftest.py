@@ -3,6 +3,9 @@
 * numba's CUDA simulator is chosen before numba is first imported (an explicit
   NUMBA_ENABLE_CUDASIM=0 in the environment runs the GPU tests on a real device instead), so
   every test parametrized over ``engine`` runs its GPU case here, without a GPU.
+* GPU tests (the ``engine`` and ``gpu_mode`` fixtures' GPU cases, ``compare_layer_modes``,
+  tests marked ``gpu``) skip, with the reason, where the simulator is off and numba sees no
+  device.
 * pycaffe_cli is imported before any test module imports numpy, so its thread settings apply.
 """
 import os
@@ -13,6 +16,7 @@ import pytest  # noqa: E402
 
 import pycaffe_cli  # noqa: E402,F401
 from pycaffe_cli import backend  # noqa: E402
+from tests.gpu_helpers import skip_without_cuda  # noqa: E402
 
 
 def pytest_configure(config):
@@ -58,12 +62,16 @@ def _make_simulated_shared_arrays_thread_safe():
     kernelapi.FakeCUDAShared.array = array
 
 
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu"):
+        skip_without_cuda()
+
+
 @pytest.fixture(params=["cpu", "gpu"])
 def engine(request):
     """Run the test in CPU mode and in GPU mode (the simulator, or a real device)."""
     if request.param == "gpu":
-        if not backend.cuda_available():
-            pytest.skip("no CUDA device and the CUDA simulator is off")
+        skip_without_cuda()
         backend.set_mode_gpu(0)
     else:
         backend.set_mode_cpu()
@@ -74,8 +82,7 @@ def engine(request):
 @pytest.fixture
 def gpu_mode():
     """GPU mode for the test (simulator or real device), CPU mode again afterwards."""
-    if not backend.cuda_available():
-        pytest.skip("no CUDA device and the CUDA simulator is off")
+    skip_without_cuda()
     backend.set_mode_gpu(0)
     yield
     backend.set_mode_cpu()

@@ -6,12 +6,26 @@ asserts that the layer really ran its GPU path (the tops were written on the dev
 the host through the CPU fallback).
 """
 import numpy as np
+import pytest
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.synced_memory import Head
 from tests.layer_helpers import blob_of, layer_param
+
+
+NO_CUDA = "no CUDA device and the CUDA simulator is off"
+
+
+# The ``device`` argument lists of CLI tests that run once on the CPU and once with --gpu 0.
+DEVICES = [pytest.param([], id="cpu"), pytest.param(["-gpu", "0"], id="gpu", marks=pytest.mark.gpu)]
+
+
+def skip_without_cuda():
+    """Skip the calling test where GPU mode cannot run: NUMBA_ENABLE_CUDASIM=0 and no device."""
+    if not backend.cuda_available():
+        pytest.skip(NO_CUDA)
 
 
 def _run(text, bottoms, num_tops, top_diffs, propagate_down, phase, params, gpu, seed=None):
@@ -66,6 +80,7 @@ def compare_layer_modes(text, bottoms, num_tops=1, top_diffs=None, propagate_dow
         (cpu outputs, gpu outputs, cpu grads, gpu grads); grads list bottom diffs (None where
         not propagated) then param diffs.
     """
+    skip_without_cuda()
     _, cpu_out, cpu_grads, params, _ = _run(text, bottoms, num_tops, top_diffs,
                                              propagate_down, phase, params, gpu=False,
                                              seed=seed)

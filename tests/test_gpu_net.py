@@ -61,6 +61,7 @@ def train(gpu, iterations=4):
     return losses, weights
 
 
+@pytest.mark.gpu
 def test_training_on_the_gpu_matches_the_cpu():
     cpu_losses, cpu_weights = train(gpu=False)
     gpu_losses, gpu_weights = train(gpu=True)

@@ -7,6 +7,7 @@ import pytest
 from pycaffe_cli.net import Net
 from pycaffe_cli.net_weights import save_binaryproto
 from pycaffe_cli.proto import caffe_pb2
+from tests.gpu_helpers import DEVICES
 
 # A constant batch of 4 samples x 3 features, label 2 for every sample; a 3-way classifier.
 NET = """\
@@ -79,7 +80,7 @@ NUMBER = r"(-?[\d.]+(?:e[-+]\d+)?)"
 
 
 # --- test ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("device", [[], ["-gpu", "0"]])
+@pytest.mark.parametrize("device", DEVICES)
 def test_scores_each_batch_and_the_means(run_cli, model, weights, device):
     result = run_cli("test", "-model", model, "-weights", weights, "-iterations", "3", *device)
     assert result.code == 0, result.err
@@ -203,7 +204,7 @@ def test_prototxt_syntax_error(run_cli, write, command):
     ("TRAIN", ["data", "ip", "loss"]),
     ("TEST", ["data", "label_data_1_split", "ip", "ip_ip_0_split", "loss", "accuracy"]),
 ])
-@pytest.mark.parametrize("device", [[], ["-gpu", "0"]])
+@pytest.mark.parametrize("device", DEVICES)
 def test_time_lines(run_cli, model, phase, layers, device):
     argv = ["time", "-model", model, "-iterations", "3", *device]
     if phase:

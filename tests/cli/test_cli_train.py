@@ -9,6 +9,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.layers.base import layer_class
 from pycaffe_cli.proto import caffe_pb2
 from tests.cli.test_cli_score import NET, expected_outputs
+from tests.gpu_helpers import DEVICES
 
 SOLVER = {"test_iter": [2], "test_interval": 2, "base_lr": 0.1, "lr_policy": '"fixed"',
           "display": 1, "max_iter": 4, "snapshot": 2, "random_seed": 1}
@@ -101,7 +102,7 @@ def test_finetune_copies_weights_into_train_and_test_nets(run_cli, make_solver, 
     assert float(test_loss.split(" = ")[1].split()[0]) == pytest.approx(want, rel=1e-5)
 
 
-@pytest.mark.parametrize("device", [[], ["-gpu", "0"]])
+@pytest.mark.parametrize("device", DEVICES)
 def test_resume_from_a_snapshot(run_cli, make_solver, tmp_path, device):
     solver = make_solver()
     assert run_cli("train", "-solver", solver, *device).code == 0
@@ -171,6 +172,7 @@ def _losses(result):
             if re.match(r"Iteration \d+ \(.*\), loss = ", m)]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("how", [["-gpu", "0"], ["-gpu=0"]])
 def test_gpu_training_matches_cpu_training(run_cli, make_solver, how):
     solver = make_solver()
@@ -184,6 +186,7 @@ def test_gpu_training_matches_cpu_training(run_cli, make_solver, how):
     assert backend.mode() is backend.Mode.CPU   # run_cli restores it
 
 
+@pytest.mark.gpu
 def test_solver_mode_gpu_is_honoured_and_the_flag_wins(run_cli, make_solver):
     solver = make_solver(**QUICK, solver_mode="GPU", device_id=0)
     result = run_cli("train", "-solver", solver)

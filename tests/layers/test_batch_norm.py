@@ -272,6 +272,7 @@ def test_gpu_matches_cpu(quick_barriers, shape, params, phase):
                         rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("maf", [None, 0.5])
 def test_gpu_running_sums_match_cpu_over_two_iterations(quick_barriers, maf):
     params = "" if maf is None else f"moving_average_fraction: {maf}"
@@ -296,6 +297,7 @@ def test_gpu_single_value_per_channel_and_zero_scale_factor(quick_barriers):
                         phase=caffe_pb2.TEST)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("phase", [caffe_pb2.TRAIN, caffe_pb2.TEST])
 def test_gpu_in_place_matches_cpu(quick_barriers, phase):
     stats = stat_blobs_text([0.5, -1], [2, 3], 2)

@@ -178,6 +178,7 @@ def test_gpu_bottom_form_matches_cpu(params, bias_shape, axis):
     compare_layer_modes(bias(params), [x, b], top_diffs=[dy], propagate_down=[False, True])
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("params, bottoms", [(FILLED + "axis: 1 num_axes: 2", [SHAPE]),
                                              ("", [SHAPE, (3,)])])
 def test_gpu_in_place(params, bottoms):

@@ -290,6 +290,7 @@ def test_gpu_batches_arrive_on_the_device(db, gpu_mode):
     layer.close()
 
 
+@pytest.mark.gpu
 def test_gpu_mode_switched_on_after_the_thread_filled_its_queue(db):
     source, pixels = db
     layer, bottom, top = data_layer(source, batch=2)

@@ -310,6 +310,7 @@ def run_steps(gpu, weights=None):
     return outputs, weights
 
 
+@pytest.mark.gpu
 def test_gpu_state_carries_over_and_unrolls_again_like_cpu():
     cpu, weights = run_steps(gpu=False)
     gpu, _ = run_steps(gpu=True, weights=weights)

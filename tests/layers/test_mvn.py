@@ -133,6 +133,7 @@ def test_gpu_rows_longer_than_a_block(quick_barriers):
     compare_layer_modes(mvn("across_channels: true"), [x], top_diffs=[dy], atol=1e-5)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("params", ["", "normalize_variance: false"])
 def test_gpu_in_place_matches_cpu(quick_barriers, params):
     x, dy = data((2, 3, 4)), data((2, 3, 4), seed=1)

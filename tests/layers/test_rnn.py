@@ -296,6 +296,7 @@ def test_gpu_matches_cpu(extra, extra_bottoms, down):
                         phase=0, atol=1e-5, check_device_tops=False)
 
 
+@pytest.mark.gpu
 def test_gpu_state_carries_over_like_cpu():
     x, cont = data(22, resets=False)
     dy = np.random.default_rng(23).normal(size=(T, N, D))

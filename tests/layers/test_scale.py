@@ -208,6 +208,7 @@ def test_gpu_bottom_form_matches_cpu(params, scale_shape, axis, bias_term):
                             propagate_down=down, seed=0)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("bias_term", [False, True])
 @pytest.mark.parametrize("params, bottoms", [(FILLERS + "num_axes: 2", [SHAPE]),
                                              (FILLERS, [SHAPE, (3, 4)])])
