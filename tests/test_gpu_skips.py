@@ -28,4 +28,6 @@ def test_without_a_device_the_gpu_tests_skip_cleanly():
     assert int(summary[1]) > 2000 and int(summary[2]) > 500, summary[0]
     reasons = {line.split(": ", 1)[1] for line in done.stdout.splitlines()
                if line.startswith("SKIPPED")}
-    assert reasons <= {NO_CUDA, "needs a CUDA device"}, reasons
+    # the PTX check also skips where no CUDA compiler is installed, simulator or not
+    expected = (NO_CUDA, "needs a CUDA device", "no NVVM (CUDA toolkit) here")
+    assert all(reason.startswith(expected) for reason in reasons), reasons
