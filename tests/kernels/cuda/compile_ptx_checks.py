@@ -13,11 +13,19 @@ The signatures live beside this script in ``ptx_*.py`` modules (one per area), e
 appear in one of them: ``uncovered <module>.<kernel>`` is printed, and the check fails,
 for any that does not. Every kernel must also be declared with ``cache=True`` (a net's kernels
 then compile once per machine, not once per run): ``uncached <module>.<kernel>`` otherwise.
+Where ``ptxas`` is on the PATH, every PTX module is also assembled to machine code for
+``SASS_ARCH`` (what the driver does on a real device; catches invalid PTX and shared memory
+over the limit); ``ptxas failed on <kernel> ...`` fails the check.
 """
+import concurrent.futures
 import importlib
+import os
 import pathlib
 import pkgutil
+import shutil
+import subprocess
 import sys
+import tempfile
 import types as pytypes
 
 from numba.cuda.cudadrv import nvvm
@@ -35,6 +43,7 @@ except (NvvmSupportError, RuntimeError, OSError) as error:
 import numba.cuda.dispatcher as dispatcher  # noqa: E402
 
 CC = (8, 0)
+SASS_ARCH = "sm_90"  # ptxas then checks the PTX assembles for Hopper (H100, H200)
 dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
 
 from numba import cuda  # noqa: E402
@@ -66,9 +75,30 @@ def all_kernels():
     return found
 
 
+def assemble(modules):
+    """Run ptxas for SASS_ARCH on each (label, ptx); return the failures' messages, or None
+    where no ptxas is installed."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return None
+
+    def run(label, ptx):
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as source:
+            source.write(ptx)
+        try:
+            done = subprocess.run([ptxas, f"-arch={SASS_ARCH}", "-o", os.devnull, source.name],
+                                  capture_output=True, text=True)
+        finally:
+            os.unlink(source.name)
+        return None if done.returncode == 0 else f"{label}: {done.stderr.strip()}"
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+        return [error for error in pool.map(lambda m: run(*m), modules) if error]
+
+
 def main():
     failed = False
-    kernels, f64_allowed = [], set()
+    kernels, f64_allowed, modules = [], set(), []
     for module in signature_modules():
         kernels += module.KERNELS
         f64_allowed |= getattr(module, "F64_ALLOWED", set())
@@ -76,10 +106,19 @@ def main():
         name = kernel.py_func.__name__
         for number, signature in enumerate(signatures):
             ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+            modules.append((f"{name} (signature {number})", ptx))
             if ".f64" in ptx:
                 print(f"float64 ops in {name} (signature {number})")
                 failed |= (name, number) not in f64_allowed
         print(f"compiled {name}")
+    errors = assemble(modules)
+    if errors is None:
+        print("no ptxas: PTX not assembled")
+    else:
+        for error in errors:
+            print(f"ptxas failed on {error}")
+        failed |= bool(errors)
+        print(f"assembled {len(modules) - len(errors)} of {len(modules)} for {SASS_ARCH}")
     covered = {id(kernel) for kernel, _ in kernels}
     for key, (where, kernel) in all_kernels().items():
         if key not in covered:

@@ -4,10 +4,13 @@ The simulator has to be enabled before numba.cuda is first imported, and this py
 imports numba for the CPU tests, so the comparisons run in a child process
 (``run_sim_checks.py``) started with NUMBA_ENABLE_CUDASIM=1. Where NVVM is installed,
 ``compile_ptx_checks.py`` also compiles every kernel with the real CUDA compiler (typing the
-simulator cannot check). The launch sizing is plain arithmetic and is tested here directly.
+simulator cannot check), and where ptxas is installed assembles the PTX for Hopper. The launch
+sizing is plain arithmetic and is tested here directly.
 """
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 
@@ -44,6 +47,8 @@ def test_cuda_kernels_compile_to_ptx():
                    "ave_pool_backward", "sto_pool_train", "sto_pool_test", "sto_pool_test_grad",
                    "lrn_across_forward", "lrn_across_backward"):
         assert f"compiled _{kernel}_kernel" in done.stdout, (kernel, done.stdout)
+    if shutil.which("ptxas"):
+        assert re.search(r"^assembled (\d+) of \1 for sm_90$", done.stdout, re.M), done.stdout
 
 
 def test_the_checks_refuse_to_run_on_a_real_device_import():
