@@ -15,13 +15,15 @@ for any that does not. Every kernel must also be declared with ``cache=True`` (a
 then compile once per machine, not once per run): ``uncached <module>.<kernel>`` otherwise.
 Where ``ptxas`` is on the PATH, every PTX module is also assembled to machine code for
 ``SASS_ARCH`` (what the driver does on a real device; catches invalid PTX and shared memory
-over the limit); ``ptxas failed on <kernel> ...`` fails the check.
+over the limit); ``ptxas failed on <kernel> ...`` fails the check, and the kernels using the
+most registers per thread are listed.
 """
 import concurrent.futures
 import importlib
 import os
 import pathlib
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -76,8 +78,8 @@ def all_kernels():
 
 
 def assemble(modules):
-    """Run ptxas for SASS_ARCH on each (label, ptx); return the failures' messages, or None
-    where no ptxas is installed."""
+    """Run ptxas for SASS_ARCH on each (label, ptx). Returns (failures' messages, {label:
+    (registers per thread, bytes of spill stores)}), or None where no ptxas is installed."""
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         return None
@@ -86,14 +88,22 @@ def assemble(modules):
         with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as source:
             source.write(ptx)
         try:
-            done = subprocess.run([ptxas, f"-arch={SASS_ARCH}", "-o", os.devnull, source.name],
-                                  capture_output=True, text=True)
+            done = subprocess.run([ptxas, f"-arch={SASS_ARCH}", "-v", "-o", os.devnull,
+                                   source.name], capture_output=True, text=True)
         finally:
             os.unlink(source.name)
-        return None if done.returncode == 0 else f"{label}: {done.stderr.strip()}"
+        if done.returncode != 0:
+            return f"{label}: {done.stderr.strip()}", None
+        report = done.stdout + done.stderr
+        used = re.search(r"Used (\d+) registers", report)
+        spilled = sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report))
+        return None, (int(used[1]) if used else 0, spilled)
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-        return [error for error in pool.map(lambda m: run(*m), modules) if error]
+        results = list(pool.map(lambda m: run(*m), modules))
+    errors = [error for error, _ in results if error]
+    usage = {label: used for (label, _), (_, used) in zip(modules, results) if used}
+    return errors, usage
 
 
 def main():
@@ -111,14 +121,18 @@ def main():
                 print(f"float64 ops in {name} (signature {number})")
                 failed |= (name, number) not in f64_allowed
         print(f"compiled {name}")
-    errors = assemble(modules)
-    if errors is None:
+    assembled = assemble(modules)
+    if assembled is None:
         print("no ptxas: PTX not assembled")
     else:
+        errors, usage = assembled
         for error in errors:
             print(f"ptxas failed on {error}")
         failed |= bool(errors)
         print(f"assembled {len(modules) - len(errors)} of {len(modules)} for {SASS_ARCH}")
+        most = sorted(usage.items(), key=lambda item: -item[1][0])[:5]
+        print("most registers per thread: " + ", ".join(f"{k} {n}" for k, (n, _) in most))
+        print(f"register spill stores: {sum(spilled for _, spilled in usage.values())} bytes")
     covered = {id(kernel) for kernel, _ in kernels}
     for key, (where, kernel) in all_kernels().items():
         if key not in covered:
