@@ -6,6 +6,8 @@
 * GPU tests (the ``engine`` and ``gpu_mode`` fixtures' GPU cases, ``compare_layer_modes``,
   tests marked ``gpu``) skip, with the reason, where the simulator is off and numba sees no
   device.
+* In the simulator every kernel launch's argument types are recorded, and the session fails
+  if one is not among the signatures the PTX check compiles (tests/launch_signatures.py).
 * pycaffe_cli is imported before any test module imports numpy, so its thread settings apply.
 """
 import os
@@ -16,7 +18,11 @@ import pytest  # noqa: E402
 
 import pycaffe_cli  # noqa: E402,F401
 from pycaffe_cli import backend  # noqa: E402
+from tests import launch_signatures  # noqa: E402
 from tests.gpu_helpers import skip_without_cuda  # noqa: E402
+
+_RECORDING = pytest.StashKey[bool]()
+_UNDECLARED = pytest.StashKey[list]()
 
 
 def pytest_configure(config):
@@ -28,6 +34,26 @@ def pytest_configure(config):
         launch.THREADS_PER_BLOCK = 32
         launch.MAX_BLOCKS = 2
         _make_simulated_shared_arrays_thread_safe()
+        launch_signatures.start_recording()
+        config.stash[_RECORDING] = True
+
+
+def pytest_sessionfinish(session):
+    if session.config.stash.get(_RECORDING, False):
+        missing = launch_signatures.undeclared()
+        session.config.stash[_UNDECLARED] = missing
+        if missing:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    missing = config.stash.get(_UNDECLARED, [])
+    if missing:
+        terminalreporter.section("CUDA launches the PTX check does not compile", red=True)
+        terminalreporter.line("add these signatures to tests/kernels/cuda/ptx_*.py (or pass "
+                              "the declared types; see tests/launch_signatures.py):")
+        for line in missing:
+            terminalreporter.line(f"  {line}")
 
 
 def _make_simulated_shared_arrays_thread_safe():
