@@ -15,8 +15,9 @@ One thread per OUTPUT element, in both directions, so neither kernel needs atomi
   ascending -- the CPU kernel's row order -- so the float32 sums are the CPU's, bit for bit.
 
 The per-element bodies are plain Python functions (``*_at_py``) compiled here with
-``device_function`` (``cuda/device.py``); ``njit`` compiles them unchanged for a CPU ``prange``
-driver.
+``device_function`` (``cuda/device.py``, for its ``min``/``max`` workaround). The CPU kernels
+do not share them: theirs are shaped for vectorised copy loops (one thread per image plane,
+unsigned indexing; see ``kernels/cpu/im2col.py``).
 """
 import numpy as np
 from numba import cuda
