@@ -13,7 +13,7 @@ With ``expose_hidden`` the extra bottoms are h_0, c_0 and the extra tops h_T, c_
 """
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.recurrent import (RecurrentLayer, add_cont_scale, add_inner_product,
-                                          add_layer, add_slice, add_static_transform, add_sum)
+                                          add_input_transforms, add_layer, add_sum)
 
 
 @register("LSTM")
@@ -38,12 +38,8 @@ class LSTMLayer(RecurrentLayer):
         states = add_layer(net_param, "Input", "", top=["c_0", "h_0"])
         for shape in self.recurrent_input_shapes():
             states.input_param.shape.add().dim.extend(shape)
-        cont_slice = add_slice(net_param, "cont_slice", "cont")
-        add_inner_product(net_param, "x_transform", "x", "W_xc_x", ["W_xc", "b_c"], gates, 2,
-                          weights, biases).propagate_down.append(True)
-        if self.static_input:
-            add_static_transform(net_param, "W_xc_x_static", "W_xc_static", gates, weights)
-        x_slice = add_slice(net_param, "W_xc_x_slice", "W_xc_x")
+        cont_slice, x_slice = add_input_transforms(net_param, "W_xc", "b_c", gates, weights,
+                                                   biases, self.static_input)
         outputs = []
         for t in range(1, self.T + 1):
             cont_slice.top.append(f"cont_{t}")

@@ -92,6 +92,21 @@ def add_static_transform(net_param, name, param_name, num_output, weight_filler)
     reshape.reshape_param.shape.dim.extend([1, -1, num_output])
 
 
+def add_input_transforms(net_param, weight, bias, num_output, weight_filler, bias_filler,
+                         static_input):
+    """What LSTM and RNN unroll first: the per-timestep Slice of cont, ``weight``_x = W x + b
+    for all timesteps at once (``weight`` is W_xc or W_xh), ``weight``_x_static when there is
+    a static input, and the per-timestep Slice of ``weight``_x. Returns the two Slices (cont,
+    x) for the caller to give one top per timestep."""
+    cont_slice = add_slice(net_param, "cont_slice", "cont")
+    add_inner_product(net_param, "x_transform", "x", f"{weight}_x", [weight, bias], num_output,
+                      2, weight_filler, bias_filler).propagate_down.append(True)
+    if static_input:
+        add_static_transform(net_param, f"{weight}_x_static", f"{weight}_static", num_output,
+                             weight_filler)
+    return cont_slice, add_slice(net_param, f"{weight}_x_slice", f"{weight}_x")
+
+
 def _copy_of(blob):
     """A new blob holding a copy of ``blob``'s data (copied on the device in GPU mode)."""
     saved = Blob(blob.shape)

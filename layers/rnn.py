@@ -11,7 +11,7 @@ b_h, [W_xh_static (num_output, K_static)], W_hh (num_output, num_output), W_ho, 
 """
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.recurrent import (RecurrentLayer, add_cont_scale, add_inner_product,
-                                          add_layer, add_slice, add_static_transform, add_sum)
+                                          add_input_transforms, add_layer, add_sum)
 
 
 @register("RNN")
@@ -35,12 +35,8 @@ class RNNLayer(RecurrentLayer):
         n, weights, biases = self.num_output, p.weight_filler, p.bias_filler
         states = add_layer(net_param, "Input", "", top=["h_0"])
         states.input_param.shape.add().dim.extend(self.recurrent_input_shapes()[0])
-        cont_slice = add_slice(net_param, "cont_slice", "cont")
-        add_inner_product(net_param, "x_transform", "x", "W_xh_x", ["W_xh", "b_h"], n, 2,
-                          weights, biases).propagate_down.append(True)
-        if self.static_input:
-            add_static_transform(net_param, "W_xh_x_static", "W_xh_static", n, weights)
-        x_slice = add_slice(net_param, "W_xh_x_slice", "W_xh_x")
+        cont_slice, x_slice = add_input_transforms(net_param, "W_xh", "b_h", n, weights, biases,
+                                                   self.static_input)
         outputs = []
         for t in range(1, self.T + 1):
             cont_slice.top.append(f"cont_{t}")
