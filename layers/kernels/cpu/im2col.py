@@ -51,6 +51,19 @@ def _strides(num, rows, plane, batch_major):
     return num * plane, plane
 
 
+@njit(cache=True, inline="always")
+def _nd_sizes(kernel, im_shape, out_shape):
+    """The element counts of an N-d window, image and output (products over the axes)."""
+    kernel_size = 1
+    im_size = 1
+    out_size = 1
+    for d in range(len(im_shape)):
+        kernel_size *= kernel[d]
+        im_size *= im_shape[d]
+        out_size *= out_shape[d]
+    return kernel_size, im_size, out_size
+
+
 @njit(cache=True, nogil=True)
 def _ranges(size, kernel, pad, stride, dilation, out_size):
     """``_inside`` for every kernel offset along one axis: row k is [lo, hi)."""
@@ -179,13 +192,7 @@ def im2col_nd(data, num, channels, im_shape, kernel, pad, stride, dilation, col,
     """
     axes = len(im_shape)
     out_shape = nd_out_shape(im_shape, kernel, pad, stride, dilation)
-    kernel_size = 1
-    im_size = 1
-    out_size = 1
-    for d in range(axes):
-        kernel_size *= kernel[d]
-        im_size *= im_shape[d]
-        out_size *= out_shape[d]
+    kernel_size, im_size, out_size = _nd_sizes(kernel, im_shape, out_shape)
     rows = channels * kernel_size
     row_stride, image_stride = _strides(num, rows, out_size, batch_major)
     for r in prange(rows):
@@ -219,13 +226,7 @@ def col2im_nd(col, num, channels, im_shape, kernel, pad, stride, dilation, data,
     """N-d col2im: the adjoint of ``im2col_nd``, overwriting ``data`` (a per-element gather)."""
     axes = len(im_shape)
     out_shape = nd_out_shape(im_shape, kernel, pad, stride, dilation)
-    kernel_size = 1
-    im_size = 1
-    out_size = 1
-    for d in range(axes):
-        kernel_size *= kernel[d]
-        im_size *= im_shape[d]
-        out_size *= out_shape[d]
+    kernel_size, im_size, out_size = _nd_sizes(kernel, im_shape, out_shape)
     rows = channels * kernel_size
     row_stride, image_stride = _strides(num, rows, out_size, batch_major)
     for plane in prange(num * channels):
