@@ -43,3 +43,16 @@ def setup_logging(stream=None, level=logging.INFO):
     LOG.setLevel(level)
     LOG.propagate = False
     return handler
+
+
+def run_script(prog, action, *args):
+    """A script's main: glog-style logging on stderr, then ``action(*args)``. A CaffeError
+    (a problem the user can fix) becomes one "prog: error: ..." line and exit status 1."""
+    from pycaffe_cli.errors import CaffeError
+    setup_logging()
+    try:
+        action(*args)
+    except CaffeError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    return 0

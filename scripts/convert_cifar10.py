@@ -24,7 +24,7 @@ from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.data.image_datum import DatumWriter
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.prototxt import write_blob_proto
-from pycaffe_cli.log import LOG, setup_logging
+from pycaffe_cli.log import LOG, run_script
 from pycaffe_cli.proto import caffe_pb2
 
 SIZE = 32
@@ -103,13 +103,8 @@ def main(argv=None):
     parser.add_argument("--mean", action="store_true",
                         help="also write OUTPUT_FOLDER/mean.binaryproto (the training mean)")
     args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        convert_dataset(args.input_folder, args.output_folder, args.db_type, args.mean)
-    except CaffeError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return run_script(parser.prog, convert_dataset, args.input_folder, args.output_folder,
+                      args.db_type, args.mean)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import numpy as np
 from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.data.image_datum import DatumWriter
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.log import LOG, setup_logging
+from pycaffe_cli.log import LOG, run_script
 from pycaffe_cli.proto import caffe_pb2
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
@@ -104,13 +104,8 @@ def main(argv=None):
     parser.add_argument("--backend", default="lmdb", choices=["lmdb", "leveldb"],
                         help="the backend for storing the result (default lmdb)")
     args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        convert_dataset(args.image_file, args.label_file, args.db_path, args.backend)
-    except CaffeError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return run_script(parser.prog, convert_dataset, args.image_file, args.label_file,
+                      args.db_path, args.backend)
 
 
 if __name__ == "__main__":

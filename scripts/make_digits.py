@@ -24,8 +24,7 @@ from PIL import Image, ImageDraw
 
 from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.data.image_datum import DatumWriter
-from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.log import LOG, setup_logging
+from pycaffe_cli.log import LOG, run_script
 from pycaffe_cli.proto import caffe_pb2
 
 SIZE = 28
@@ -209,13 +208,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.train < 1 or args.test < 1:
         parser.error("--train and --test need at least one image each")
-    setup_logging()
-    try:
-        generate(args)
-    except CaffeError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return run_script(parser.prog, generate, args)
 
 
 def generate(args):
