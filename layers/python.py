@@ -2,12 +2,13 @@
 
 ``python_param { module: "my_layers" layer: "MyLayer" param_str: "..." }`` imports
 ``my_layers`` (from PYTHONPATH, or the working directory, which is added to the end of
-``sys.path``) and instantiates ``MyLayer(layer_param)``. The class is written as for pycaffe,
-and normally subclasses ``pycaffe_cli.layers.base.Layer``::
+``sys.path``) and instantiates ``MyLayer(layer_param)``. The class is written as for BVLC's
+pycaffe and subclasses ``caffe.Layer`` (or, as before that existed, the engine's
+``pycaffe_cli.layers.base.Layer``)::
 
-    from pycaffe_cli.layers.base import Layer
+    import caffe
 
-    class MyLayer(Layer):
+    class MyLayer(caffe.Layer):
         def setup(self, bottom, top):          # once; read self.param_str, add self.blobs
             self.blobs.add_blob(1)             # a learnable blob of shape (1,), zeros
         def reshape(self, bottom, top):
@@ -19,9 +20,9 @@ and normally subclasses ``pycaffe_cli.layers.base.Layer``::
 
 The bottom and top blobs handed to the class behave like pycaffe's: ``data``/``diff`` numpy
 arrays, ``shape``, ``count``, ``num``/``channels``/``height``/``width``, ``reshape(*shape)``
-(``.blob`` is the underlying Blob). ``self.blobs`` is the layer's list of learnable Blobs
-(with pycaffe's ``add_blob(*shape)``); they are updated by the solver and saved in snapshots
-like any layer's. ``self.phase`` is caffe_pb2.TRAIN or TEST. Like any layer, a Python loss
+(``.blob`` is the underlying Blob). ``self.blobs`` lists the layer's learnable blobs as the
+same views (with pycaffe's ``add_blob(*shape)``); they are updated by the solver and saved in
+snapshots like any layer's. ``self.phase`` is caffe_pb2.TRAIN or TEST. Like any layer, a Python loss
 needs ``loss_weight`` in the prototxt (the default weight of a Python layer's top is 0).
 
 An exception raised in the user's code becomes a CaffeError that names the layer and carries
@@ -45,23 +46,11 @@ def _shape_of(args):
     return tuple(args)
 
 
-class ParamBlob(Blob):
-    """A learnable Blob whose ``reshape`` also takes pycaffe's ``reshape(*shape)``."""
-
-    def reshape(self, *shape):
-        super().reshape(_shape_of(shape))
-
-
-class BlobVec(list):
-    """``self.blobs`` of a Python layer: a list of Blobs with pycaffe's ``add_blob``."""
-
-    def add_blob(self, *shape):
-        """Append a new zero-filled learnable blob of the given shape."""
-        self.append(ParamBlob(_shape_of(shape)))
-
-
 class PyBlob:
-    """A bottom or top Blob as pycaffe shows it to a Python layer."""
+    """A Blob as BVLC's pycaffe shows it (``caffe.Blob``): to a Python layer (its bottoms, tops
+    and ``self.blobs``) and through ``caffe.Net``. ``count`` is a property, ``reshape`` takes
+    the dimensions as arguments, ``data``/``diff`` are writable numpy views of the blob's
+    memory."""
 
     __slots__ = ("blob",)
 
@@ -107,6 +96,15 @@ class PyBlob:
         return f"PyBlob({self.blob.shape_string()})"
 
 
+class BlobVec(list):
+    """``self.blobs`` of a Python layer: views (PyBlob) of the layer's learnable Blobs, with
+    pycaffe's ``add_blob(*shape)``."""
+
+    def add_blob(self, *shape):
+        """Append a new zero-filled learnable blob of the given shape."""
+        self.append(PyBlob(Blob(_shape_of(shape))))
+
+
 def _wrap(blobs, cache):
     """PyBlob views of ``blobs``; a blob that is both a bottom and a top gets one view."""
     views = []
@@ -141,6 +139,8 @@ class PythonLayer(Layer):
         self.where = f"{p.module}.{p.layer}"
         cls = self._user_class(p.module, p.layer)
         self.impl = self._call(cls, "__init__", param)
+        if getattr(self.impl, "type", None) is None:
+            self.impl.type = "Python"   # what BVLC's net.layers[i].type says of it
         self._adopt_blobs()
 
     # --- finding and building the user's class ---------------------------------------------
@@ -168,12 +168,27 @@ class PythonLayer(Layer):
         return cls
 
     def _adopt_blobs(self):
-        """The user's ``self.blobs`` is this layer's list of learnable blobs."""
-        blobs = getattr(self.impl, "blobs", None)
-        if not isinstance(blobs, BlobVec):
-            blobs = BlobVec(blobs if isinstance(blobs, list) else self.blobs)
-            self.impl.blobs = blobs
-        self.blobs = blobs
+        """The user's ``self.blobs`` (views) and this layer's learnable Blobs are one list.
+
+        A class that set no ``self.blobs`` (``caffe.Layer`` subclasses) starts from the blobs
+        given in the prototxt; engine Blobs the user put in the list are wrapped in views.
+        """
+        given = getattr(self.impl, "blobs", None)
+        if given is None:
+            given = self.blobs
+        if not isinstance(given, list):
+            raise self.error(f"the Python layer {self.where} set self.blobs to a "
+                             f"{type(given).__name__}; it must stay a list of blobs (use "
+                             "self.blobs.add_blob(*shape))")
+        views = given if isinstance(given, BlobVec) else BlobVec(given)
+        for i, item in enumerate(views):
+            if isinstance(item, Blob):
+                views[i] = PyBlob(item)
+            elif not isinstance(item, PyBlob):
+                raise self.error(f"the Python layer {self.where} put a {type(item).__name__} "
+                                 "in self.blobs (use self.blobs.add_blob(*shape))")
+        self.impl.blobs = views
+        self.blobs = [view.blob for view in views]
 
     def _method(self, name):
         """The user's ``name`` method, or None where the class only inherits ours."""
@@ -189,8 +204,13 @@ class PythonLayer(Layer):
             raise self._user_error(what, error) from error
 
     def _user_error(self, what, error):
-        return self.error(f"Python layer {self.where}: {what} raised "
-                          f"{type(error).__name__}: {error}\n{user_traceback(error)}")
+        """A CaffeError naming the layer, with the user's traceback in its message and the
+        user's exception in ``user_exception`` (``caffe.Net`` re-raises that one, as BVLC's
+        pycaffe does)."""
+        wrapped = self.error(f"Python layer {self.where}: {what} raised "
+                             f"{type(error).__name__}: {error}\n{user_traceback(error)}")
+        wrapped.user_exception = error
+        return wrapped
 
     def _run(self, name, *args, required=True):
         method = self._method(name)
@@ -207,9 +227,6 @@ class PythonLayer(Layer):
         cache = {}
         self._run("setup", _wrap(bottom, cache), _wrap(top, cache), required=False)
         self._adopt_blobs()
-        if not all(isinstance(blob, Blob) for blob in self.blobs):
-            raise self.error(f"the Python layer {self.where} put something other than Blobs in "
-                             "self.blobs (use self.blobs.add_blob(*shape))")
         self.param_propagate_down = [True] * len(self.blobs)
         self.impl.param_propagate_down = self.param_propagate_down
 

@@ -16,7 +16,8 @@ class Mode(enum.Enum):
     GPU = 1
 
 
-_state = {"mode": Mode.CPU, "device": 0, "rng": np.random.default_rng(), "logged": set()}
+_state = {"mode": Mode.CPU, "device": 0, "rng": np.random.default_rng(), "logged": set(),
+          "solver_count": 1, "solver_rank": 0, "multiprocess": False}
 
 
 def mode():
@@ -57,6 +58,27 @@ def set_mode_gpu(device_id=0):
     math.use_device(device_id)
     _state["mode"] = Mode.GPU
     _state["device"] = device_id
+
+
+def set_device(device_id):
+    """Choose the GPU for GPU mode (Caffe's SetDevice); switches at once when already in it."""
+    device_id = int(device_id)
+    if device_id < 0:
+        raise CaffeError(f"device id must be non-negative, got {device_id}")
+    if _state["mode"] is Mode.GPU:
+        set_mode_gpu(device_id)
+    _state["device"] = device_id
+
+
+def solver_setting(name):
+    """Caffe's multi-solver settings: solver_count, solver_rank or multiprocess."""
+    return _state[name]
+
+
+def set_solver_setting(name, value):
+    if name not in ("solver_count", "solver_rank", "multiprocess"):
+        raise KeyError(name)
+    _state[name] = value
 
 
 def device_name(device_id):

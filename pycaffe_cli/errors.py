@@ -19,6 +19,14 @@ class CaffeError(Exception):
         self.layer = layer
 
 
+def located(error, where):
+    """``error`` (a CaffeError) with ``where`` (a file, or file:line) put in front, keeping
+    the layer and, for a Python layer's failure, the user's own exception."""
+    moved = CaffeError(f"{where}: {error}", layer=error.layer)
+    moved.user_exception = getattr(error, "user_exception", None)
+    return moved
+
+
 def layer_error(layer_name, message):
     """Return a CaffeError that names the layer the problem belongs to."""
     return CaffeError(f'layer "{layer_name}": {message}', layer=layer_name)

@@ -5,11 +5,11 @@ Construction is a short pipeline (Caffe's Net::Init, split into named steps):
 connect bottoms/tops, set it up, register its params) -> ``_mark_backward`` (which layers and
 blobs need gradients) -> output blobs -> ``_share_weights``.
 """
-import numpy as np
 from google.protobuf import text_format
 
+from pycaffe_cli import net_debug
 from pycaffe_cli.blob import Blob
-from pycaffe_cli.errors import CaffeError, layer_error
+from pycaffe_cli.errors import CaffeError, layer_error, located
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.log import LOG
 from pycaffe_cli.net_passes import filter_net, insert_splits
@@ -39,6 +39,8 @@ class Net:
         self._collect_outputs()
         self._share_weights()
         self.debug_info = filtered.debug_info
+        self.callbacks = {"before_forward": [], "after_forward": [], "before_backward": [],
+                          "after_backward": []}
         LOG.info("Network initialization done.")
 
     @classmethod
@@ -51,7 +53,7 @@ class Net:
             return cls(param, phase, level, stages)
         except CaffeError as error:
             where = locate_layer(path, error.layer) if error.layer else path
-            raise CaffeError(f"{where}: {error}", layer=error.layer) from None
+            raise located(error, where) from None
 
     # --- construction --------------------------------------------------------------------
     def _reset_tables(self):
@@ -291,22 +293,38 @@ class Net:
         end = len(self.layers) - 1 if end is None else end
         loss = 0.0
         for i in range(start, end + 1):
+            self._run_callbacks("before_forward", i)
             loss += self.layers[i].forward(self.bottom_vecs[i], self.top_vecs[i])
             if self.debug_info:
-                self._forward_debug_info(i)
+                net_debug.log_forward(self, i)
+            self._run_callbacks("after_forward", i)
         return loss
 
     def backward(self, start=None, end=0):
         """Run layers start..end (inclusive, descending) backward where needed."""
         start = len(self.layers) - 1 if start is None else start
         for i in range(start, end - 1, -1):
+            self._run_callbacks("before_backward", i)
             if self.layer_need_backward[i]:
                 self.layers[i].backward(self.top_vecs[i], self.bottom_need_backward[i],
                                         self.bottom_vecs[i])
                 if self.debug_info:
-                    self._backward_debug_info(i)
+                    net_debug.log_backward(self, i)
+            self._run_callbacks("after_backward", i)
         if self.debug_info and start == len(self.layers) - 1 and end == 0:
-            self._param_norms_debug_info()
+            net_debug.log_param_norms(self)
+
+    def add_callback(self, when, function):
+        """Call ``function(layer_index)`` around every layer's pass (Caffe's Net callbacks);
+        ``when`` is before_forward, after_forward, before_backward or after_backward."""
+        if when not in self.callbacks:
+            raise CaffeError(f"unknown net callback {when!r} (known: "
+                             f"{', '.join(self.callbacks)})")
+        self.callbacks[when].append(function)
+
+    def _run_callbacks(self, when, layer_id):
+        for function in self.callbacks[when]:
+            function(layer_id)
 
     def forward_backward(self):
         loss = self.forward()
@@ -350,39 +368,6 @@ class Net:
     @property
     def output_blobs(self):
         return [self.blobs[i] for i in self.output_blob_indices]
-
-    # --- debug info ------------------------------------------------------------------------
-    def _forward_debug_info(self, layer_id):
-        name = self.layer_names[layer_id]
-        for blob, blob_id in zip(self.top_vecs[layer_id], self.top_ids[layer_id]):
-            LOG.info(f"    [Forward] Layer {name}, top blob {self.blob_names[blob_id]} data: "
-                     f"{_mean_abs(blob.asum_data(), blob):g}")
-        for param_id, blob in enumerate(self.layers[layer_id].blobs):
-            LOG.info(f"    [Forward] Layer {name}, param blob {param_id} data: "
-                     f"{_mean_abs(blob.asum_data(), blob):g}")
-
-    def _backward_debug_info(self, layer_id):
-        name, layer = self.layer_names[layer_id], self.layers[layer_id]
-        for j, blob in enumerate(self.bottom_vecs[layer_id]):
-            if self.bottom_need_backward[layer_id][j]:
-                blob_name = self.blob_names[self.bottom_ids[layer_id][j]]
-                LOG.info(f"    [Backward] Layer {name}, bottom blob {blob_name} diff: "
-                         f"{_mean_abs(blob.asum_diff(), blob):g}")
-        for param_id, blob in enumerate(layer.blobs):
-            if layer.param_propagate_down[param_id]:
-                LOG.info(f"    [Backward] Layer {name}, param blob {param_id} diff: "
-                         f"{_mean_abs(blob.asum_diff(), blob):g}")
-
-    def _param_norms_debug_info(self):
-        sums = np.zeros(4)
-        for blob in self.learnable_params:
-            sums += (blob.asum_data(), blob.asum_diff(), blob.sumsq_data(), blob.sumsq_diff())
-        LOG.info(f"    [Backward] All net params (data, diff): L1 norm = ({sums[0]:g}, "
-                 f"{sums[1]:g}); L2 norm = ({np.sqrt(sums[2]):g}, {np.sqrt(sums[3]):g})")
-
-
-def _mean_abs(asum, blob):
-    return asum / max(blob.count(), 1)
 
 
 def _with_state(param, phase, level, stages):

@@ -3,12 +3,12 @@
     PYTHONPATH=models/python_layer_example pycaffe train \
         --solver models/python_layer_example/solver.prototxt
 
-Each class is written as for pycaffe: ``setup``, ``reshape``, ``forward`` and ``backward`` on
-the bottom and top blobs' numpy ``data`` and ``diff``.
+Each class is written as for BVLC's pycaffe (``import caffe``, subclasses of ``caffe.Layer``):
+``setup``, ``reshape``, ``forward`` and ``backward`` on the bottom and top blobs' numpy
+``data`` and ``diff``.
 """
+import caffe
 import numpy as np
-
-from pycaffe_cli.layers.base import Layer
 
 
 def parse_params(param_str):
@@ -16,7 +16,7 @@ def parse_params(param_str):
     return {key: int(value) for key, value in (word.split("=") for word in param_str.split())}
 
 
-class LinearTarget(Layer):
+class LinearTarget(caffe.Layer):
     """Regression targets: top = bottom W^T for a fixed random W (param_str: outputs, seed)."""
 
     def setup(self, bottom, top):
@@ -35,7 +35,7 @@ class LinearTarget(Layer):
         pass  # targets are constants
 
 
-class LearnableScale(Layer):
+class LearnableScale(caffe.Layer):
     """top = a * bottom with one learnable scalar a (initial value from param_str: init)."""
 
     def setup(self, bottom, top):
@@ -55,7 +55,7 @@ class LearnableScale(Layer):
             bottom[0].diff[...] = self.blobs[0].data[0] * top[0].diff
 
 
-class EuclideanLoss(Layer):
+class EuclideanLoss(caffe.Layer):
     """loss = sum((bottom0 - bottom1)^2) / (2 num), pycaffe's classic example layer."""
 
     def setup(self, bottom, top):

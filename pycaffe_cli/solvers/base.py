@@ -91,6 +91,7 @@ class Solver:
         LOG.info("Initializing solver from parameters: \n"
                  + text_format.MessageToString(self.param))
         self.action_callback = action_callback
+        self.callbacks = []   # objects with on_start() and on_gradients_ready() (Caffe's)
         self.requested_early_exit = False
         try:
             self._check_param()
@@ -173,6 +174,8 @@ class Solver:
                 self.test_all()
                 if self.requested_early_exit:
                     break
+            for callback in self.callbacks:
+                callback.on_start()
             display = bool(param.display) and self.iter % param.display == 0
             self.net.debug_info = display and param.debug_info
             loss = _f32(0)
@@ -188,6 +191,8 @@ class Solver:
                 timer = time.perf_counter()
                 iterations_last = self.iter
                 self._log_outputs(self.net, "Train", self._net_outputs(self.net))
+            for callback in self.callbacks:
+                callback.on_gradients_ready()
             self.apply_update()
             self.iter += 1
             request = self._requested_action()

@@ -8,7 +8,7 @@ the solver's ``train_state``/``test_state[i]`` (highest precedence). Net files a
 to the working directory, as Caffe reads them.
 """
 from pycaffe_cli import net_weights
-from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.errors import CaffeError, located
 from pycaffe_cli.log import LOG
 from pycaffe_cli.net import Net
 from pycaffe_cli.proto import caffe_pb2
@@ -41,7 +41,7 @@ def _build(net_param, path):
             raise
         from pycaffe_cli.io.prototxt import locate_layer
         where = locate_layer(path, error.layer) if error.layer else path
-        raise CaffeError(f"{where}: {error}", layer=error.layer) from None
+        raise located(error, where) from None
 
 
 def _load_weights(net, solver_param):

@@ -14,7 +14,8 @@ import pytest
 from google.protobuf import text_format
 
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.layers.python import ParamBlob
+from pycaffe_cli.blob import Blob
+from pycaffe_cli.layers.python import PyBlob
 from pycaffe_cli.net import Net
 from pycaffe_cli.net_weights import copy_trained_layers_from
 from pycaffe_cli.proto import caffe_pb2
@@ -162,7 +163,8 @@ def test_learnable_blob_is_updated_by_the_solver_and_snapshotted(module, tmp_pat
         }}""", caffe_pb2.SolverParameter())
     solver = create_solver(solver_param)
     layer = solver.net.layer_by_name("bias")
-    assert len(layer.blobs) == 1 and isinstance(layer.blobs[0], ParamBlob)
+    assert len(layer.blobs) == 1 and isinstance(layer.blobs[0], Blob)
+    assert isinstance(layer.impl.blobs[0], PyBlob) and layer.impl.blobs[0].blob is layer.blobs[0]
     assert layer.blobs[0] in solver.net.learnable_params
     solver.step(1)  # loss = sum(1 + b): d loss / d b = 6, so b = 0 - 0.1 * 6
     assert layer.blobs[0].data.tolist() == [np.float32(-0.6)]
