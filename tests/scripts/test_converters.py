@@ -1,39 +1,18 @@
 """The dataset scripts: MNIST and CIFAR-10 converters, and the local digits generator."""
 import gzip
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
-from pycaffe_cli.log import LOG
 from tests.db_helpers import pixels, read_db
-
-SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts.loading import load_script
 
 
 convert_mnist = load_script("convert_mnist")
 convert_cifar10 = load_script("convert_cifar10")
 make_digits = load_script("make_digits")
-
-
-@pytest.fixture(autouse=True)
-def keep_log_handlers():
-    """The scripts point pycaffe's log at the current stderr; give it back afterwards."""
-    saved = LOG.handlers[:], LOG.propagate, LOG.level
-    yield
-    LOG.handlers[:], LOG.propagate = saved[0], saved[1]
-    LOG.setLevel(saved[2])
-
 
 
 def idx_bytes(magic, array):
