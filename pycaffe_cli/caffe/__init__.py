@@ -5,7 +5,9 @@ layers, the mode and seed functions, ``io``, ``NetSpec``/``layers``/``params``/`
 ``Classifier``, ``Detector`` and ``proto.caffe_pb2``. Everything runs on the same engine as
 the ``pycaffe`` command line.
 """
-from pycaffe_cli.log import LOG as _LOG, setup_logging as _setup_logging
+import os as _os
+
+from pycaffe_cli.log import LOG as _LOG
 
 from caffe._caffe import (NCCL, Layer, Timer, __version__, get_solver, has_nccl, init_log,
                           layer_type_list, log, set_device, set_mode_cpu, set_mode_gpu,
@@ -15,13 +17,22 @@ from caffe.proto.caffe_pb2 import TEST, TRAIN
 from caffe.pycaffe import Blob, Net
 from caffe.solver import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
                           RMSPropSolver, SGDSolver, Solver)
-# LEAD-TODO: from caffe import io
-# LEAD-TODO: from caffe.classifier import Classifier
-# LEAD-TODO: from caffe.detector import Detector
-# LEAD-TODO: from caffe.net_spec import NetSpec, layers, params, to_proto
+from caffe import io
+from caffe.classifier import Classifier
+from caffe.detector import Detector
+from caffe.net_spec import NetSpec, layers, params, to_proto
+
+
+def _glog_min_level():
+    """glog's GLOG_minloglevel (0 INFO .. 3 FATAL), which Caffe scripts set to quieten it."""
+    try:
+        return int(_os.environ.get("GLOG_minloglevel", "0"))
+    except ValueError:
+        return 0
+
 
 if not _LOG.handlers:   # Caffe logs to stderr from the start; a host's own set-up wins
-    _setup_logging()
+    init_log(_glog_min_level())
 
 __all__ = ["AdaDeltaSolver", "AdaGradSolver", "AdamSolver", "Blob", "Classifier", "Detector",
            "Layer", "NCCL", "Net", "NesterovSolver", "NetSpec", "RMSPropSolver", "SGDSolver",

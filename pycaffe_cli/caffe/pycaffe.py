@@ -318,6 +318,8 @@ class Net:
 
 def _constructor_arguments(network_file, args, weights, kwargs):
     """(phase, weights) from BVLC's two constructor forms."""
+    if "phase" in kwargs and len(args) == 0:
+        args = (kwargs.pop("phase"),)
     if kwargs:
         raise TypeError(f"Net() got unexpected keyword argument(s) {sorted(kwargs)}")
     if len(args) == 2 and isinstance(args[0], (str, bytes)) and weights is None:

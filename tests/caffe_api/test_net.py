@@ -135,10 +135,11 @@ def test_save_and_load_both_constructors(net, write_file, tmp_path):
     model = write_file("again.prototxt", conv_ip_loss())
     legacy = caffe.Net(model, path, caffe.TRAIN)
     named = caffe.Net(model, caffe.TRAIN, weights=path)
+    by_keywords = caffe.Net(model, phase=caffe.TRAIN, weights=path)
     for name, blobs in net.params.items():
-        for mine, other, third in zip(blobs, legacy.params[name], named.params[name]):
-            assert np.array_equal(mine.data, other.data)
-            assert np.array_equal(mine.data, third.data)
+        for mine, *others in zip(blobs, legacy.params[name], named.params[name],
+                                 by_keywords.params[name]):
+            assert all(np.array_equal(mine.data, other.data) for other in others)
 
 
 def test_hdf5_weights_and_copy_from(net, write_file, tmp_path):
@@ -266,3 +267,24 @@ def test_bad_phase_and_arguments(write_file):
         caffe.Net(model)
     with pytest.raises(TypeError, match="unexpected keyword"):
         caffe.Net(model, caffe.TEST, wieghts="x")
+
+
+@pytest.mark.gpu
+def test_gpu_mode_gives_the_cpu_numbers(write_file):
+    from tests.gpu_helpers import skip_without_cuda
+    skip_without_cuda()
+    model = write_file("fb.prototxt", "force_backward: true" + DEPLOY_IP)
+    net = caffe.Net(model, caffe.TEST)
+    x = np.random.default_rng(7).normal(size=(4, 3, 2, 2))
+    top = np.random.default_rng(8).normal(size=(4, 5))
+    cpu = net.forward(data=x)["prob"].copy()
+    cpu_grad = net.backward(prob=top)["data"].copy()
+    assert abs(cpu_grad).max() > 1e-3
+    caffe.set_mode_gpu()
+    try:
+        gpu = net.forward(data=x)["prob"].copy()
+        gpu_grad = net.backward(prob=top)["data"].copy()
+    finally:
+        caffe.set_mode_cpu()
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(gpu_grad, cpu_grad, rtol=1e-4, atol=1e-7)
