@@ -63,7 +63,14 @@ class DataTransformer:
 
     def _load_mean(self, path):
         LOG.info("Loading mean file from: %s", path)
-        mean = blob_proto_to_array(read_blob_proto(path, what="mean file"))
+        try:
+            mean = blob_proto_to_array(read_blob_proto(path, what="mean file"))
+        except CaffeError as error:
+            # a layer error, so that the net's loader can point at the layer's line
+            message = str(error)
+            if path not in message:
+                message = f"mean file {path!r}: {message}"
+            raise self._error(message) from None
         if mean.ndim == 4:
             mean = mean[0]
         if mean.ndim != 3:

@@ -28,7 +28,8 @@ def create_solver(param, solver_path=None, action_callback=None):
 
     Args:
         param: a caffe.SolverParameter.
-        solver_path: the solver file, for snapshot_prefix defaults (see Solver).
+        solver_path: the solver file, named in errors (the snapshot prefix is completed
+            once, by ``read_solver``).
         action_callback: returns "none", "snapshot" or "stop" when polled (signals).
     """
     if param.HasField("solver_type"):

@@ -248,8 +248,8 @@ def test_read_solver_upgrades_solver_type(tmp_path):
 
 
 def test_solver_path_gives_the_prefix_default(tmp_path):
-    text = f'base_lr: 0.1 lr_policy: "fixed" max_iter: 1 net_param {{ {dot_net(G, W0)} }}'
-    solver = create_solver(solver_param(text), solver_path=str(tmp_path / "my.prototxt"))
+    path = write_solver(tmp_path / "my.prototxt", "max_iter: 1")
+    solver = create_solver(read_solver(path), solver_path=path)
     set_input(solver, G)
     solver.solve()
     assert (tmp_path / "my_iter_1.caffemodel").exists()

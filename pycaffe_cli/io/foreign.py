@@ -1,0 +1,114 @@
+"""Fields, enum values and layer types of other Caffe forks, with their BVLC equivalents.
+
+Prototxts written for SSD, Fast/Faster R-CNN, DeepLab, SegNet, PSPNet, YOLO ports, NVIDIA's
+or Intel's Caffe, or converted from PyTorch and Caffe2, use names BVLC Caffe never had.
+Protobuf only says "has no field named ..." and the registry "unknown layer type"; these
+tables add where the name comes from and what BVLC Caffe writes instead (or that it has no
+such layer).
+"""
+import re
+
+_SSD = "SSD's Caffe fork (weiliu89/caffe, branch ssd)"
+_FAST_RCNN = "Fast/Faster R-CNN's Caffe fork (rbgirshick/caffe-fast-rcnn)"
+_MOBILENET = "MobileNet Caffe ports"
+_DEPTHWISE = "a Convolution layer with group equal to its input channels"
+_NVCAFFE = ("is NVIDIA Caffe's mixed precision; BVLC Caffe computes in float32, so delete "
+            "the line")
+_NO_BVLC = "BVLC Caffe has no such layer"
+
+# layer type -> (where it comes from, its parameter field or None, BVLC equivalent or None)
+LAYER_TYPES = {
+    "Normalize": (_SSD, "norm_param", None),
+    "PriorBox": (_SSD, "prior_box_param", None),
+    "Permute": (_SSD, "permute_param", None),
+    "DetectionOutput": (_SSD, "detection_output_param", None),
+    "DetectionEvaluate": (_SSD, "detection_evaluate_param", None),
+    "MultiBoxLoss": (_SSD, "multibox_loss_param", None),
+    "AnnotatedData": (_SSD, "annotated_data_param", "a Data layer (without the boxes)"),
+    "ROIPooling": (_FAST_RCNN, "roi_pooling_param", None),
+    "SmoothL1Loss": (_FAST_RCNN, "smooth_l1_loss_param", None),
+    "PSROIPooling": ("R-FCN's Caffe fork (daijifeng001/caffe-rfcn)", "psroi_pooling_param",
+                     None),
+    "Interp": ("DeepLab's and PSPNet's Caffe forks", "interp_param",
+               'a Deconvolution layer with weight_filler { type: "bilinear" }'),
+    "BN": ("SegNet's and PSPNet's Caffe forks", "bn_param",
+           "a BatchNorm layer followed by a Scale layer with bias_term: true"),
+    "Upsample": ("SegNet's and YOLOv3's Caffe ports", "upsample_param",
+                 "for nearest-neighbour upsampling a Deconvolution layer with group equal to "
+                 "the channels, kernel_size and stride equal to the scale, a constant "
+                 "weight_filler of 1 and lr_mult: 0"),
+    "ReLU6": (_MOBILENET, None, "a Clip layer with clip_param { min: 0 max: 6 }"),
+    "DepthwiseConvolution": (_MOBILENET, None, _DEPTHWISE),
+    "ConvolutionDepthwise": (_MOBILENET, None, _DEPTHWISE),
+    "ShuffleChannel": ("ShuffleNet Caffe ports", "shuffle_channel_param", None),
+    "Reorg": ("YOLOv2 Caffe ports", "reorg_param", None),
+}
+
+# (message, field) -> hint. Messages are named without the "caffe." package; the V1 message
+# shares the LayerParameter entries.
+FIELDS = {
+    ("PoolingParameter", "ceil_mode"):
+        "ceil_mode is from other Caffe forks and converted nets; BVLC Caffe writes "
+        "round_mode: FLOOR (ceil_mode: false) or round_mode: CEIL (ceil_mode: true, the "
+        "default)",
+    ("ConvolutionParameter", "hole"):
+        "hole is DeepLab's name for what BVLC Caffe calls dilation",
+    ("ConvolutionParameter", "hole_h"):
+        "hole_h is DeepLab's name for what BVLC Caffe calls dilation (one value per axis)",
+    ("ConvolutionParameter", "hole_w"):
+        "hole_w is DeepLab's name for what BVLC Caffe calls dilation (one value per axis)",
+    ("TransformationParameter", "crop_h"):
+        "crop_h is from other Caffe forks; BVLC Caffe crops squares of crop_size",
+    ("TransformationParameter", "crop_w"):
+        "crop_w is from other Caffe forks; BVLC Caffe crops squares of crop_size",
+    ("LayerParameter", "engine"):
+        "a layer-level engine is Intel Caffe's; BVLC Caffe chooses engines inside the "
+        "layer's own parameters (convolution_param { engine: CAFFE }), so delete the line",
+}
+for _name in ("default_forward_type", "default_backward_type", "default_forward_math",
+              "default_backward_math", "global_grad_scale"):
+    FIELDS[("NetParameter", _name)] = f"{_name} {_NVCAFFE}"
+for _name in ("forward_type", "backward_type", "forward_math", "backward_math"):
+    FIELDS[("LayerParameter", _name)] = f"{_name} {_NVCAFFE}"
+for _name in ("resize_param", "noise_param", "distort_param", "expand_param",
+              "emit_constraint"):
+    FIELDS[("TransformationParameter", _name)] = (
+        f"{_name} is data augmentation from {_SSD}; BVLC Caffe's transform_param has only "
+        "scale, mirror, crop_size, mean_file, mean_value, force_color and force_gray")
+for _type, (_source, _field, _instead) in LAYER_TYPES.items():
+    if _field:
+        FIELDS[("LayerParameter", _field)] = (
+            f"{_field} belongs to {_type} layers, from {_source}; "
+            + (f"in BVLC Caffe write {_instead}" if _instead else _NO_BVLC))
+
+# (enum, value) -> hint
+ENUM_VALUES = {
+    ("PoolMethod", "AVG"): "BVLC Caffe spells average pooling AVE",
+}
+
+_NO_FIELD = re.compile(r'Message type "(?:caffe\.)?(\w+)" has no field named "(\w+)"')
+_NO_VALUE = re.compile(r'Enum type "(?:caffe\.)?(?:\w+\.)*(\w+)" has no value named (\w+)')
+
+
+def parse_error_hint(message):
+    """The BVLC equivalent for a protobuf text parse error about another fork's name, or
+    None when the error is about something else."""
+    match = _NO_FIELD.search(message)
+    if match:
+        message_type, field = match.groups()
+        if message_type == "V1LayerParameter":
+            message_type = "LayerParameter"
+        return FIELDS.get((message_type, field))
+    match = _NO_VALUE.search(message)
+    if match:
+        return ENUM_VALUES.get(match.groups())
+    return None
+
+
+def layer_type_hint(type_name):
+    """Where an unknown layer type comes from and its BVLC equivalent, or None."""
+    if type_name not in LAYER_TYPES:
+        return None
+    source, _, instead = LAYER_TYPES[type_name]
+    return (f"{type_name} is a layer type of {source}; "
+            + (f"in BVLC Caffe write {instead}" if instead else _NO_BVLC))
