@@ -10,10 +10,15 @@ With ``shuffle``, Caffe's order of draws is kept: the file order is shuffled at 
 time the list wraps around; the row order is shuffled when a file is loaded and again each
 time its last row has been served (so a single file is re-shuffled every pass).
 """
+import errno
+import os
+
 import h5py
 import numpy as np
 
 from pycaffe_cli import backend
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import file_problem, read_input_text, shown
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.log import LOG
 
@@ -51,11 +56,9 @@ class HDF5DataLayer(Layer):
     def _read_source(self, source):
         LOG.info("Loading list of HDF5 filenames from: %s", source)
         try:
-            with open(source) as handle:
-                files = handle.read().split()
-        except OSError as exc:
-            raise self.error(f"failed to open HDF5 source list {source!r}: "
-                             f"{exc.strerror or exc}") from None
+            files = read_input_text(source, "HDF5 source list").split()
+        except CaffeError as error:
+            raise self.error(str(error)) from None
         LOG.info("Number of HDF5 files: %d", len(files))
         if not files:
             raise self.error(f"must have at least 1 HDF5 filename listed in {source!r}")
@@ -65,14 +68,7 @@ class HDF5DataLayer(Layer):
     def _load(self, file_index, reset_order=True):
         """Read every top's dataset of one file into memory and (re)draw the row order."""
         path = self._files[file_index]
-        try:
-            handle = h5py.File(path, "r")
-        except FileNotFoundError:
-            raise self.error(f"HDF5 file {path!r} (listed in "
-                             f"{self.param.hdf5_data_param.source!r}) does not exist") from None
-        except OSError as exc:
-            raise self.error(f"failed opening HDF5 file {path!r}: {exc}") from None
-        with handle:
+        with self._open(path) as handle:
             arrays = [self._read_dataset(handle, path, name) for name in self._names]
         rows = arrays[0].shape[0]
         for name, array in zip(self._names, arrays):
@@ -90,6 +86,19 @@ class HDF5DataLayer(Layer):
         self._data_permutation = np.arange(rows)
         if self._shuffle:
             backend.rng().shuffle(self._data_permutation)
+
+    def _open(self, path):
+        """h5py's handle on a listed file, checked first (h5py would block on a pipe)."""
+        source = self.param.hdf5_data_param.source
+        problem = file_problem(path)
+        if problem == os.strerror(errno.ENOENT):
+            problem = "it does not exist"
+        if problem:
+            raise self.error(f"HDF5 file '{shown(path)}' (listed in {source!r}): {problem}")
+        try:
+            return h5py.File(path, "r")
+        except OSError as exc:
+            raise self.error(f"failed opening HDF5 file {path!r}: {exc}") from None
 
     def _read_dataset(self, handle, path, name):
         dataset = handle.get(name)

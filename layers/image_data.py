@@ -19,6 +19,7 @@ from pycaffe_cli.data.image import read_image
 from pycaffe_cli.data.prefetch import Batch
 from pycaffe_cli.data.transformer import DataTransformer, stage_images
 from pycaffe_cli.errors import CaffeError, layer_error
+from pycaffe_cli.io.input_files import read_input_text
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_state,
                                           restore_generator)
@@ -65,11 +66,9 @@ class ImageDataLayer(BasePrefetchingDataLayer):
     def _read_list(self, source):
         LOG.info("Opening file %s", source)
         try:
-            with open(source) as handle:
-                text = handle.read()
-        except OSError as error:
-            raise self.error(f"cannot open image list {source!r}: "
-                             f"{error.strerror or error}") from None
+            text = read_input_text(source, "image list")
+        except CaffeError as error:
+            raise self.error(str(error)) from None
         lines = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():

@@ -26,7 +26,10 @@ snapshots like any layer's. ``self.phase`` is caffe_pb2.TRAIN or TEST. Like any 
 needs ``loss_weight`` in the prototxt (the default weight of a Python layer's top is 0).
 
 An exception raised in the user's code becomes a CaffeError that names the layer and carries
-the user's traceback.
+the user's traceback. So does ``sys.exit(n)`` (SystemExit): "Python layer m.C called sys.exit(3)
+in forward"; the command line then exits with status n (1 where n is 0, None or not a number:
+a run cut short never reports success). Caffe's tool would exit with n without a word.
+KeyboardInterrupt is left alone: it still means Ctrl-C.
 """
 import importlib
 import os
@@ -133,6 +136,8 @@ def user_traceback(error):
 class PythonLayer(Layer):
     """python_param: module, layer, param_str, share_in_parallel (ignored: one process)."""
 
+    in_place_ok = True   # the user's code decides, as in Caffe
+
     def __init__(self, param):
         super().__init__(param)
         p = param.python_param
@@ -160,6 +165,8 @@ class PythonLayer(Layer):
             raise self._user_error(f'importing module "{module_name}"', error) from error
         except Exception as error:  # the module's own code failed
             raise self._user_error(f'importing module "{module_name}"', error) from error
+        except SystemExit as error:
+            raise self._exit_error(f'module "{module_name}" at import', error) from None
         cls = getattr(module, class_name, None)
         if cls is None:
             where = getattr(module, "__file__", None) or module_name
@@ -202,6 +209,8 @@ class PythonLayer(Layer):
             return function(*args)
         except Exception as error:
             raise self._user_error(what, error) from error
+        except SystemExit as error:
+            raise self._exit_error(what, error) from None
 
     def _user_error(self, what, error):
         """A CaffeError naming the layer, with the user's traceback in its message and the
@@ -209,6 +218,17 @@ class PythonLayer(Layer):
         pycaffe does)."""
         wrapped = self.error(f"Python layer {self.where}: {what} raised "
                              f"{type(error).__name__}: {error}\n{user_traceback(error)}")
+        wrapped.user_exception = error
+        return wrapped
+
+    def _exit_error(self, what, error):
+        """sys.exit() in the user's code, as a CaffeError naming the layer and the line that
+        called it; ``user_exception`` is the SystemExit (the command line takes its code,
+        ``caffe.Net`` re-raises it)."""
+        frames = traceback.extract_tb(error.__traceback__)
+        at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+        wrapped = self.error(f"Python layer {self.where} called sys.exit({error.code!r}) in "
+                             f"{what}{at}")
         wrapped.user_exception = error
         return wrapped
 

@@ -35,6 +35,7 @@ from pycaffe_cli.data.image import decode_image, resize_linear
 from pycaffe_cli.data.prefetch import Batch
 from pycaffe_cli.data.transformer import DataTransformer
 from pycaffe_cli.errors import CaffeError, layer_error
+from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes, read_input_text
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_state,
                                           restore_generator)
@@ -95,11 +96,9 @@ class WindowDataLayer(BasePrefetchingDataLayer):
         """Image table [(path, cached bytes or None)] and fg / bg windows as rows of
         (image, label, x1, y1, x2, y2)."""
         try:
-            with open(param.source) as handle:
-                tokens = handle.read().split()
-        except OSError as error:
-            raise self.error(f"failed to open window file {param.source!r}: "
-                             f"{error.strerror or error}") from None
+            tokens = read_input_text(param.source, "window file").split()
+        except CaffeError as error:
+            raise self.error(str(error)) from None
         if not tokens:
             raise self.error(f"window file {param.source!r} is empty")
         images, fg, bg, position = [], [], [], 0
@@ -152,11 +151,9 @@ class WindowDataLayer(BasePrefetchingDataLayer):
 
     def _cache(self, path):
         try:
-            with open(path, "rb") as handle:
-                return handle.read()
-        except OSError as error:
-            raise self.error(f"could not open or find file {path!r}: "
-                             f"{error.strerror or error}") from None
+            return read_input_bytes(path, "image file", IMAGE_LIMIT)
+        except CaffeError as error:
+            raise self.error(str(error)) from None
 
     def _mean(self, transformer, crop):
         """(kind, array, offset): the mean image and its centring offset, or the values."""
@@ -213,12 +210,8 @@ class WindowReader:
         path, cached = self._images[image_index]
         try:
             if cached is None:
-                with open(path, "rb") as handle:
-                    cached = handle.read()
+                cached = read_input_bytes(path, "image file", IMAGE_LIMIT)
             return decode_image(cached, True, f"image file {path!r}")
-        except OSError as error:
-            raise layer_error(self.layer_name, f"could not open or find file {path!r}: "
-                                               f"{error.strerror or error}") from None
         except CaffeError as error:
             raise layer_error(self.layer_name, str(error)) from None
 

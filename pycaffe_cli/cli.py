@@ -8,18 +8,22 @@ command word may also come after flags (``pycaffe -solver x train``), as gflags 
 user's mistake ends with one ``pycaffe: error: ...`` line and exit status 1 (2 for a malformed
 command line); anything else is a bug and keeps its traceback.
 """
+import os
+import signal
 import sys
 
 import click
 
 from pycaffe_cli.commands import (USAGE_ORDER, all_commands, boolean_flags, close_commands,
-                                   value_flags)
+                                  value_flags)
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import setup_logging
 
 PROG = "pycaffe"
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
+# What a shell reports for a program that SIGPIPE ended (128 + 13), as it reports for Caffe.
+EXIT_BROKEN_PIPE = 128 + getattr(signal, "SIGPIPE", 13)
 
 USAGE = f"""{PROG}: command line brew
 usage: {PROG} <command> <args>
@@ -133,10 +137,21 @@ def main(argv=None):
     args = sys.argv[1:] if argv is None else list(argv)
     setup_logging()
     try:
+        return _main(args)
+    except BrokenPipeError:
+        # The reader of stdout or stderr has gone (`pycaffe layers | head -1`): stop without a
+        # word, as Caffe and other Unix tools do when SIGPIPE ends them.
+        _drop_broken_streams()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(args):
+    """main() without the broken-pipe handling: run, and turn errors into exit codes."""
+    try:
         return _run(normalize_argv(args))
     except CaffeError as error:
         _error_line(str(error))
-        return EXIT_USER_ERROR
+        return _exit_status(error)
     except click.UsageError as error:
         _error_line(error.format_message())
         if error.ctx is not None:
@@ -145,9 +160,22 @@ def main(argv=None):
     except click.ClickException as error:
         _error_line(error.format_message())
         return error.exit_code
+    except MemoryError as error:
+        # what no layer caught (layers name themselves: pycaffe_cli/sizes.py)
+        _error_line(f"out of memory ({error or 'MemoryError'})")
+        return EXIT_USER_ERROR
     except (KeyboardInterrupt, click.Abort):
         _error_line("interrupted")
         return EXIT_INTERRUPTED
+
+
+def _exit_status(error):
+    """1, or the status a Python layer passed to sys.exit() where that is 1 to 255 (a run cut
+    short by sys.exit(0) must not look like a success)."""
+    user = getattr(error, "user_exception", None)
+    if isinstance(user, SystemExit) and isinstance(user.code, int) and 0 < user.code < 256:
+        return user.code
+    return EXIT_USER_ERROR
 
 
 def _run(args):
@@ -158,6 +186,21 @@ def _run(args):
             return cli.invoke(ctx) or 0
     except click.exceptions.Exit as done:
         return done.exit_code
+
+
+def _drop_broken_streams():
+    """Point stdout and stderr at /dev/null where their pipe is closed, so that Python's own
+    flush at exit does not complain ("Exception ignored ... BrokenPipeError")."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):
+                pass
 
 
 def _error_line(message):

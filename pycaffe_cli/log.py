@@ -28,6 +28,20 @@ class GlogFormatter(logging.Formatter):
                 f"{record.filename}:{record.lineno}] {record.getMessage()}")
 
 
+class GlogHandler(logging.StreamHandler):
+    """A stream handler that lets a closed pipe end the program.
+
+    logging swallows write errors; when the reader of our stderr has gone
+    (``pycaffe train ... 2>&1 | head``), carrying on would leave the pipeline waiting for a
+    run nobody reads, so the BrokenPipeError goes up to the command line, which stops quietly.
+    """
+
+    def handleError(self, record):
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            raise
+        super().handleError(record)
+
+
 class _NativeThreadFilter(logging.Filter):
     def filter(self, record):
         record.thread_native = threading.get_native_id()
@@ -36,7 +50,7 @@ class _NativeThreadFilter(logging.Filter):
 
 def setup_logging(stream=None, level=logging.INFO):
     """Send pycaffe's log lines to ``stream`` (stderr by default) in glog format."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = GlogHandler(stream or sys.stderr)
     handler.setFormatter(GlogFormatter())
     handler.addFilter(_NativeThreadFilter())
     LOG.handlers[:] = [handler]

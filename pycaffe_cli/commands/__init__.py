@@ -17,6 +17,8 @@ import pkgutil
 
 import click
 
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import path_problem, shown
 from pycaffe_cli.log import LOG
 from pycaffe_cli.signals import EFFECTS
 
@@ -51,6 +53,9 @@ FLAGS = {
                           help="Action to take when a SIGHUP signal is received."),
 }
 
+# Flags that name files; --weights lists several, separated by ",".
+PATH_FLAGS = ("solver", "model", "weights", "snapshot")
+
 COMMANDS = {}
 # The flags of the tools (own_flags): name -> True for a boolean, False for one taking a value.
 TOOL_FLAGS = {}
@@ -79,9 +84,11 @@ def subcommand(name, flags, summary, arguments=(), own_flags=None):
             raise RuntimeError(f"command {name!r} registered twice")
         _register_tool_flags(name, own_flags)
         ignored = [flag for flag in FLAGS if flag not in flags]
+        labels = {word.strip("[]").lower(): word.strip("[]") for word in arguments}
 
         @functools.wraps(function)
         def run(**values):
+            check_flag_values(values, labels)
             for flag in ignored:
                 if values.pop(flag) not in (None, FLAGS[flag]["default"]):
                     LOG.warning(f"--{flag} is not used by '{name}'; ignored")
@@ -96,6 +103,26 @@ def subcommand(name, flags, summary, arguments=(), own_flags=None):
         COMMANDS[name] = command
         return function
     return decorate
+
+
+def check_flag_values(values, labels=None):
+    """Refuse flag values no file can have before anything runs: a NUL byte in any value (the
+    argument vector of a real command line cannot hold one, but ``main([...])`` can), or a
+    path flag naming an impossible path. The error names the flag (``--weights``) or the
+    positional argument (``LISTFILE``, from ``labels``)."""
+    labels = labels or {}
+    for name, value in values.items():
+        if not isinstance(value, str):
+            continue
+        where = labels.get(name, f"--{name}")
+        if name not in PATH_FLAGS:
+            if "\0" in value:
+                raise CaffeError(f"{where} '{shown(value)}': the value contains a NUL byte")
+            continue
+        for part in value.split(","):
+            problem = path_problem(part)
+            if problem:
+                raise CaffeError(f"{where} '{shown(part)}': {problem}")
 
 
 def _option(flag, hidden):

@@ -19,6 +19,7 @@ from pycaffe_cli.commands import subcommand
 from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.data.image_datum import DatumWriter, image_format, read_image_to_datum
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import read_input_text
 from pycaffe_cli.log import LOG
 
 TOOL_FLAGS = {
@@ -84,11 +85,9 @@ def convert_imageset(rootfolder, listfile, db_name, gray, shuffle, backend, resi
 def read_list_file(path):
     """[(filename, label)] from "filename label" lines, split at the last space."""
     try:
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
-    except OSError as error:
-        raise CaffeError(f"convert_imageset: cannot read LISTFILE '{path}': "
-                         f"{error.strerror}") from None
+        text = read_input_text(path, "LISTFILE")
+    except CaffeError as error:
+        raise CaffeError(f"convert_imageset: {error}") from None
     lines = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.rstrip()

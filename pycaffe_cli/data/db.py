@@ -8,11 +8,13 @@
 
 LevelDB needs the optional ``plyvel`` package; without it the error says so.
 """
+import errno
 import os
 
 import lmdb
 
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import dir_problem, file_problem, shown
 from pycaffe_cli.proto import caffe_pb2
 
 _INITIAL_MAP_SIZE = 1 << 30
@@ -45,8 +47,10 @@ class LMDB:
     def __init__(self, path, mode):
         self.path = path
         if mode == "r":
-            if not os.path.isdir(path):
-                raise CaffeError(f"cannot open LMDB '{path}': no such database folder")
+            _check_folder(path, "LMDB")
+            problem = file_problem(os.path.join(path, "data.mdb"))
+            if problem:   # opening a pipe named data.mdb would block
+                raise CaffeError(f"cannot open LMDB '{shown(path)}': data.mdb: {problem}")
             self._env = _open_env(path, readonly=True, lock=False, readahead=False,
                                   max_readers=256)
         else:
@@ -66,6 +70,15 @@ class LMDB:
 
     def close(self):
         self._env.close()
+
+
+def _check_folder(path, kind):
+    """A database read must be an existing folder (not a file, a pipe, a device)."""
+    problem = dir_problem(path)
+    if problem == os.strerror(errno.ENOENT):
+        problem = "no such database folder"
+    if problem:
+        raise CaffeError(f"cannot open {kind} '{shown(path)}': {problem}")
 
 
 def _open_env(path, **options):
@@ -136,8 +149,8 @@ class LevelDB:
             raise CaffeError(f"cannot open LevelDB '{path}': the LEVELDB backend needs the "
                              "optional 'plyvel' package (pip install plyvel), or convert the "
                              "data to LMDB") from None
-        if mode == "r" and not os.path.isdir(path):
-            raise CaffeError(f"cannot open LevelDB '{path}': no such database folder")
+        if mode == "r":
+            _check_folder(path, "LevelDB")
         try:
             self._db = plyvel.DB(path, create_if_missing=mode != "r",
                                  error_if_exists=mode == "new")

@@ -21,6 +21,7 @@ from numba import njit
 from PIL import Image, ImageOps
 
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes
 
 # Pillow modes that OpenCV's IMREAD_ANYCOLOR keeps as one channel.
 _GRAY_MODES = ("1", "L", "I", "I;16", "I;16B", "I;16L", "I;16N")
@@ -92,14 +93,9 @@ def read_image(path, height=0, width=0, color=True):
     """Caffe's ReadImageToCVMat: read a file, decode it, resize when height and width > 0.
 
     Raises:
-        CaffeError: the file cannot be opened or decoded.
+        CaffeError: the file cannot be opened or decoded, or is not a regular file.
     """
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise CaffeError(f"could not open or find file {path!r}: "
-                         f"{error.strerror or error}") from None
+    data = read_input_bytes(path, "image file", IMAGE_LIMIT)
     pixels = decode_image(data, color, f"image file {path!r}")
     if height > 0 and width > 0:
         pixels = resize_linear(pixels, height, width)

@@ -18,6 +18,7 @@ from PIL import Image
 from pycaffe_cli.data.db import open_db
 from pycaffe_cli.data.image import decode_image, read_image
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 
@@ -86,8 +87,7 @@ def read_image_to_datum(path, label, height=0, width=0, is_color=True, encoding=
         return image_to_datum(image, label)
     datum = caffe_pb2.Datum()
     if not (height > 0 or width > 0) and _extension_matches(path, encoding):
-        with open(path, "rb") as stream:
-            datum.data = stream.read()
+        datum.data = read_input_bytes(path, "image file", IMAGE_LIMIT)
     else:
         datum.data = encode_image(image, encoding)
     datum.encoded = True

@@ -10,13 +10,18 @@ import re
 from google.protobuf import message as protobuf_message
 from google.protobuf import text_encoding, text_format
 
-from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.errors import CaffeError, located
 from pycaffe_cli.io.files import atomic_write, read_bytes
+from pycaffe_cli.io.foreign import parse_error_hint
+from pycaffe_cli.io.input_files import PROTO_LIMIT, PROTOTXT_LIMIT
+from pycaffe_cli.io.path_fields import check_path_fields
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.sizes import check_parse_memory
 
 
 # --- text ---------------------------------------------------------------------------------
 def _parse_text(path, data, proto):
+    check_parse_memory(path, len(data))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -40,12 +45,15 @@ def _parse_error_message(path, error):
     prefix = f"{location} : "
     if message.startswith(prefix):
         message = message[len(prefix):]
+    hint = parse_error_hint(message)
+    if hint:
+        message = f"{message.rstrip('.')}: {hint}"
     return f"{path}:{location}: {message}"
 
 
 def read_text_proto(path, proto, what="prototxt file"):
     """Parse the text-format file ``path`` into the (fresh) message ``proto`` and return it."""
-    return _parse_text(path, read_bytes(path, what), proto)
+    return _parse_text(path, read_bytes(path, what, PROTOTXT_LIMIT), proto)
 
 
 def read_net_param(path):
@@ -58,8 +66,18 @@ def read_net_param(path):
 
 
 def read_solver_param(path):
-    """Read a solver prototxt into a ``caffe.SolverParameter`` (see upgrade_solver)."""
-    return read_text_proto(path, caffe_pb2.SolverParameter(), "solver file")
+    """Read a solver prototxt into a ``caffe.SolverParameter`` (see upgrade_solver).
+
+    Raises:
+        CaffeError: as read_net_param, or a file field (net, snapshot_prefix, ...) holds a
+            path that can name no file (a NUL byte, too long).
+    """
+    param = read_text_proto(path, caffe_pb2.SolverParameter(), "solver file")
+    try:
+        check_path_fields(param)
+    except CaffeError as error:
+        raise located(error, path) from None
+    return param
 
 
 def write_text_proto(path, proto):
@@ -79,7 +97,7 @@ def read_binary_proto(path, proto, what="binary proto file"):
     Raises:
         CaffeError: the file is missing or unreadable, empty, or does not decode.
     """
-    data = read_bytes(path, what)
+    data = read_bytes(path, what, PROTO_LIMIT)
     type_name = proto.DESCRIPTOR.name
     if not data:
         raise _not_valid(path, type_name, "the file is empty")
@@ -170,9 +188,8 @@ def _unquote(literal):
 def locate_layer(path, layer_name):
     """``path:line`` of layer ``layer_name``'s definition in the prototxt, else ``path``."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as stream:
-            text = stream.read()
-    except OSError:
+        text = read_bytes(path, "net file", PROTOTXT_LIMIT).decode("utf-8", "replace")
+    except CaffeError:
         return str(path)
     line = _find_layer_line(text, layer_name)
     return f"{path}:{line}" if line else str(path)

@@ -14,7 +14,8 @@ import numpy as np
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.blob_proto import blob_proto_to_array, fill_blob_proto
-from pycaffe_cli.io.files import atomic_output_path
+from pycaffe_cli.io.hdf5_image import write_hdf5_atomically
+from pycaffe_cli.io.input_files import check_input_file, file_problem
 from pycaffe_cli.io.prototxt import read_net_param_binary
 from pycaffe_cli.io.upgrade import upgrade_net
 from pycaffe_cli.log import LOG
@@ -30,6 +31,8 @@ def is_hdf5_weights(path):
     signature, so a renamed HDF5 snapshot still loads."""
     if str(path).endswith(".h5"):
         return True
+    if file_problem(path) is not None:   # never open a pipe or a device to look inside
+        return False
     try:
         with open(path, "rb") as stream:
             return stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
@@ -46,8 +49,10 @@ def read_weights(path):
         Caffe does not store). Layers without params are listed with an empty list.
 
     Raises:
-        CaffeError: the file is missing, unreadable, corrupt or not a weights file.
+        CaffeError: the file is missing, unreadable, not a regular file (``/dev/zero``, a
+            pipe), corrupt or not a weights file.
     """
+    check_input_file(path, "weights file")
     if is_hdf5_weights(path):
         return _read_hdf5_weights(path)
     return _read_caffemodel_weights(path)
@@ -149,17 +154,17 @@ def write_hdf5_weights(path, layers, write_diff=False):
     Raises:
         CaffeError: two layers have the same name, or the file cannot be written.
     """
-    seen = set()
-    with atomic_output_path(path) as temp_path:
-        with h5py.File(temp_path, "w") as handle:
-            data_group = handle.create_group("data")
-            diff_group = handle.create_group("diff") if write_diff else None
-            for layer_name, params in layers:
-                if layer_name in seen:
-                    raise CaffeError(f"cannot save '{path}': two layers are named "
-                                     f"'{layer_name}'", layer=layer_name)
-                seen.add(layer_name)
-                _write_hdf5_layer(data_group, diff_group, layer_name, params)
+    def fill(handle):
+        seen = set()
+        data_group = handle.create_group("data")
+        diff_group = handle.create_group("diff") if write_diff else None
+        for layer_name, params in layers:
+            if layer_name in seen:
+                raise CaffeError(f"cannot save '{path}': two layers are named "
+                                 f"'{layer_name}'", layer=layer_name)
+            seen.add(layer_name)
+            _write_hdf5_layer(data_group, diff_group, layer_name, params)
+    write_hdf5_atomically(path, fill)
 
 
 def _write_hdf5_layer(data_group, diff_group, layer_name, params):

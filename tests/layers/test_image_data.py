@@ -133,7 +133,7 @@ def test_list_errors(listed):
     with pytest.raises(CaffeError, match="names no images"):
         image_data(folder)
     (folder / "list.txt").unlink()
-    with pytest.raises(CaffeError, match='"img": cannot open image list'):
+    with pytest.raises(CaffeError, match='"img": cannot read image list'):
         image_data(folder)
 
 

@@ -221,6 +221,54 @@ def test_exception_while_importing_the_module(module):
         set_up(python(name, "Anything"), [np.zeros(2)])
 
 
+EXITING = """
+import sys
+from pycaffe_cli.layers.base import Layer
+
+
+class Exiting(Layer):
+    def reshape(self, bottom, top):
+        top[0].reshape(1)
+
+    def forward(self, bottom, top):
+        sys.exit(int(self.param_str))
+
+    def backward(self, top, propagate_down, bottom):
+        raise KeyboardInterrupt
+"""
+
+
+def test_sys_exit_in_forward_is_an_error_naming_the_layer(module):
+    name = module(EXITING)
+    layer, bottom, top = set_up(python(name, "Exiting", 'param_str: "3"'), [np.zeros(2)])
+    with pytest.raises(CaffeError) as caught:
+        layer.forward(bottom, top)
+    assert str(caught.value).startswith(f'layer "py": Python layer {name}.Exiting called '
+                                        f"sys.exit(3) in forward ({module_file(name)}")
+    assert caught.value.layer == "py"
+    assert isinstance(caught.value.user_exception, SystemExit)
+    assert caught.value.user_exception.code == 3
+
+
+def test_sys_exit_while_importing_the_module(module):
+    name = module("import sys\nsys.exit('no GPU here')\n")
+    with pytest.raises(CaffeError, match=rf'"py": Python layer {name}.Any called '
+                                         rf"sys.exit\('no GPU here'\) in module \"{name}\" at "
+                                         "import"):
+        set_up(python(name, "Any"), [np.zeros(2)])
+
+
+def test_keyboard_interrupt_in_a_python_layer_stays_ctrl_c(module):
+    layer, bottom, top = set_up(python(module(EXITING), "Exiting", 'param_str: "0"'),
+                                [np.zeros(2)])
+    with pytest.raises(KeyboardInterrupt):
+        layer.backward(top, [True], bottom)
+
+
+def module_file(module_name):
+    return sys.modules[module_name].__file__
+
+
 def test_missing_methods(module):
     name = module()
     with pytest.raises(CaffeError, match='"py".*defines no reshape'):
