@@ -18,6 +18,8 @@ from pycaffe_cli.layers.kernels.cuda.launch import launch
 class AbsValLayer(NeuronLayer):
     """y = |x|."""
 
+    in_place_ok = False
+
     def layer_setup(self, bottom, top):
         if top[0] is bottom[0]:
             raise self.error("AbsVal Layer does not allow in-place computation.")

@@ -13,10 +13,13 @@ import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
-from pycaffe_cli.errors import layer_error
+from pycaffe_cli.errors import CaffeError, layer_error
+from pycaffe_cli.io.foreign import layer_type_hint
+from pycaffe_cli.sizes import blamed
 
 _REGISTRY = {}
 _V1_NAMES = {}
+_IMPORTED_ALL = []   # becomes [True] once every layer module is imported
 
 
 def register(type_name, v1=None):
@@ -67,8 +70,11 @@ def layer_class(type_name, layer_name="?"):
     _import_all_layers()
     cls = _REGISTRY.get(type_name)
     if cls is None:
+        foreign = layer_type_hint(type_name)
         close = difflib.get_close_matches(type_name, _REGISTRY, n=3, cutoff=0.6)
         hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+        if foreign:
+            hint = f": {foreign}"
         raise layer_error(layer_name, f'unknown layer type "{type_name}"{hint}')
     return cls
 
@@ -78,20 +84,36 @@ def create_layer(param):
     return layer_class(param.type, param.name)(param)
 
 
+def _raise_blamed(error, layer, stage):
+    """Re-raise ``error`` naming ``layer`` where it names no layer yet (a blob's size check,
+    an allocation that failed; see pycaffe_cli/sizes.py), else unchanged."""
+    wrapped = blamed(error, layer, stage)
+    if wrapped is None:
+        raise error
+    raise wrapped from None
+
+
 def _import_all_layers():
+    # Once per process: listing the package for every layer made a net of 100,000 layers
+    # spend minutes here.
+    if _IMPORTED_ALL:
+        return
     import importlib
     import pkgutil
     import pycaffe_cli.layers as package
     for info in pkgutil.iter_modules(package.__path__):
         if not info.ispkg and info.name != "base":
             importlib.import_module(f"{package.__name__}.{info.name}")
+    _IMPORTED_ALL.append(True)
 
 
 class Layer:
     """Base class of every layer. Subclasses implement reshape and forward/backward_cpu.
 
     Blob-count rules are class attributes (None means "no rule"). ``phase`` is the
-    caffe.Phase value of the net the layer is in.
+    caffe.Phase value of the net the layer is in. ``in_place_ok`` says whether a top may be
+    the blob of the bottom at its index (``bottom: "x" top: "x"``) with the same numbers as
+    out of place; the net refuses in-place wiring for the other layers.
     """
 
     exact_num_bottom = None
@@ -102,6 +124,7 @@ class Layer:
     max_num_top = None
     equal_num_bottom_top = False
     auto_top_blobs = False
+    in_place_ok = False
     type = None
 
     def __init__(self, param):
@@ -121,10 +144,13 @@ class Layer:
     # --- the fixed call order ----------------------------------------------------------
     def setup(self, bottom, top):
         """Check blob counts, set up, reshape, set loss weights. Do not override."""
-        self.check_blob_counts(bottom, top)
-        self.layer_setup(bottom, top)
-        self.reshape(bottom, top)
-        self.set_loss_weights(top)
+        try:
+            self.check_blob_counts(bottom, top)
+            self.layer_setup(bottom, top)
+            self.reshape(bottom, top)
+            self.set_loss_weights(top)
+        except (CaffeError, MemoryError, ValueError) as error:
+            _raise_blamed(error, self, "setup")
 
     def layer_setup(self, bottom, top):
         """Read layer-specific params and create learnable blobs (once)."""
@@ -134,18 +160,24 @@ class Layer:
 
     def forward(self, bottom, top):
         """Reshape, compute the tops, and return this layer's weighted loss."""
-        self.reshape(bottom, top)
-        if self._use_gpu("forward"):
-            self.forward_gpu(bottom, top)
-        else:
-            self.forward_cpu(bottom, top)
+        try:
+            self.reshape(bottom, top)
+            if self._use_gpu("forward"):
+                self.forward_gpu(bottom, top)
+            else:
+                self.forward_cpu(bottom, top)
+        except (CaffeError, MemoryError, ValueError) as error:
+            _raise_blamed(error, self, "forward")
         return self._weighted_loss(top)
 
     def backward(self, top, propagate_down, bottom):
-        if self._use_gpu("backward"):
-            self.backward_gpu(top, propagate_down, bottom)
-        else:
-            self.backward_cpu(top, propagate_down, bottom)
+        try:
+            if self._use_gpu("backward"):
+                self.backward_gpu(top, propagate_down, bottom)
+            else:
+                self.backward_cpu(top, propagate_down, bottom)
+        except (CaffeError, MemoryError, ValueError) as error:
+            _raise_blamed(error, self, "backward")
 
     def forward_cpu(self, bottom, top):
         raise NotImplementedError(f"{type(self).__name__} must implement forward_cpu")
@@ -239,12 +271,25 @@ class Layer:
         """A CaffeError naming this layer, for layers to raise on bad params or shapes."""
         return layer_error(self.name, message)
 
+    def check_in_place(self, blob_name):
+        """Refuse in-place wiring (top ``blob_name`` is also this layer's bottom) unless the
+        layer computes the same in place (``in_place_ok``); Caffe runs most layers in place
+        without a word and computes garbage."""
+        if not self.in_place_ok:
+            raise self.error(f'{self.type} cannot run in place: its top "{blob_name}" is also '
+                             "its bottom (give the top a name of its own)")
+
 
 class LossLayer(Layer):
-    """Losses: two bottoms (prediction, target), one scalar top with loss weight 1."""
+    """Losses: two bottoms (prediction, target), one scalar top with loss weight 1.
+
+    A loss layer written without a ``top`` gets one from the net, named "(automatic)" and
+    not an output of the net (Caffe's LossLayer::AutoTopBlobs).
+    """
 
     exact_num_bottom = 2
     exact_num_top = 1
+    auto_top_blobs = True
 
     def default_loss_weight(self, top_index):
         return 1.0 if top_index == 0 else 0.0
@@ -264,6 +309,7 @@ class NeuronLayer(Layer):
 
     exact_num_bottom = 1
     exact_num_top = 1
+    in_place_ok = True
 
     def reshape(self, bottom, top):
         top[0].reshape_like(bottom[0])

@@ -32,6 +32,7 @@ from pycaffe_cli.layers.kernels.cpu import im2col as kernels
 from pycaffe_cli.layers.kernels.cpu import layout
 from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
 from pycaffe_cli.layers.views import layer_axis
+from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
 
 COL_BUFFER_LIMIT = 1 << 25  # elements (128 MiB of float32) per column buffer
 
@@ -80,7 +81,6 @@ class ColumnGeometry:
         else:
             kernels.col2im_nd(col, num, self.channels, self._im_nd, *self._nd, im, batch_major)
 
-
     def gpu_im2col(self, im, num, col, batch_major):
         """``im2col`` on flat device arrays (2-d windows only: see ``use_2d``)."""
         from pycaffe_cli.layers.kernels.cuda import im2col
@@ -94,7 +94,10 @@ class ColumnGeometry:
 
 def _grow(buffer, size):
     """``buffer`` if it holds ``size`` elements, else a new float32 buffer that does."""
-    return buffer if buffer.size >= size else np.empty(size, np.float32)
+    if buffer.size >= size:
+        return buffer
+    check_bytes(size * FLOAT_BYTES, f"a column buffer of {size} values")
+    return np.empty(size, np.float32)
 
 
 def _drop_leading_ones(shape):

@@ -26,6 +26,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.data.prefetch import Prefetcher
 from pycaffe_cli.layers.base import Layer
 from pycaffe_cli.log import LOG
+from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes, checked_count
 
 _LEGACY_TRANSFORM_FIELDS = ("scale", "mean_file", "crop_size", "mirror")
 
@@ -43,11 +44,20 @@ class BasePrefetchingDataLayer(Layer):
         if depth < 1:
             raise self.error(f"data_param prefetch must be at least 1 (got {depth})")
         reader, data_shape = self.data_layer_setup(top)
+        self._check_queue_size(data_shape, depth)
         self._shapes = (tuple(data_shape), (data_shape[0],))
         self._position = reader.position()
         self._prefetcher = Prefetcher(reader, depth, self.name, after_load=_push_to_device)
         self._finalizer = weakref.finalize(self, self._prefetcher.stop)
         self._prefetcher.start()
+
+    @staticmethod
+    def _check_queue_size(data_shape, depth):
+        """Refuse a batch shape before the thread allocates ``depth`` batches of it."""
+        count = checked_count(data_shape)
+        dims = " ".join(str(d) for d in data_shape)
+        check_bytes(count * depth * FLOAT_BYTES,
+                    f"the prefetch queue ({depth} batches of shape {dims})")
 
     def data_layer_setup(self, top):
         """Read params, build the reader; return (reader, shape of the first data batch)."""

@@ -66,6 +66,7 @@ class BiasLayer(Layer):
     min_num_bottom = 1
     max_num_bottom = 2
     exact_num_top = 1
+    in_place_ok = True
 
     def layer_setup(self, bottom, top):
         p = self.param.bias_param

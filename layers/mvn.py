@@ -32,6 +32,7 @@ class MVNLayer(Layer):
 
     exact_num_bottom = 1
     exact_num_top = 1
+    in_place_ok = True
 
     def layer_setup(self, bottom, top):
         p = self.param.mvn_param

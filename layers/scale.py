@@ -42,6 +42,7 @@ class ScaleLayer(Layer):
     min_num_bottom = 1
     max_num_bottom = 2
     exact_num_top = 1
+    in_place_ok = True
 
     def layer_setup(self, bottom, top):
         p = self.param.scale_param

@@ -41,6 +41,7 @@ class SoftmaxLayer(Layer):
 
     exact_num_bottom = 1
     exact_num_top = 1
+    in_place_ok = True
 
     def layer_setup(self, bottom, top):
         self._scratch = Blob()  # GPU: per-position max and sum (forward) or dot (backward)

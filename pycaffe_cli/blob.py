@@ -14,10 +14,13 @@ Access, as Caffe's cpu_data / mutable_cpu_data / gpu_data / mutable_gpu_data:
 Whole-blob maths (``update``, ``asum_*``, ``sumsq_*``, ``scale_diff``...) runs where the
 freshest copy is, as Caffe's Blob does.
 """
+import math
+
 import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.sizes import checked_count
 from pycaffe_cli.synced_memory import SyncedMemory
 
 MAX_BLOB_AXES = 32
@@ -45,7 +48,7 @@ class Blob:
             raise CaffeError(f"blob shape {shape} has more than {MAX_BLOB_AXES} axes")
         if any(d < 0 for d in shape):
             raise CaffeError(f"blob shape {shape} has a negative dimension")
-        count = int(np.prod(shape, dtype=np.int64))
+        count = checked_count(shape)
         if count > self._data_mem.size:
             self._data_mem = SyncedMemory(count)
             self._diff_mem = SyncedMemory(count)
@@ -68,7 +71,7 @@ class Blob:
         if start == 0 and end is None:
             return self._count
         end = self.num_axes if end is None else end
-        return int(np.prod(self._shape[start:end], dtype=np.int64))
+        return math.prod(self._shape[start:end])
 
     def canonical_axis_index(self, axis):
         """Map a possibly negative axis into [0, num_axes), with Caffe's range check."""

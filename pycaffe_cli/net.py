@@ -5,14 +5,15 @@ Construction is a short pipeline (Caffe's Net::Init, split into named steps):
 connect bottoms/tops, set it up, register its params) -> ``_mark_backward`` (which layers and
 blobs need gradients) -> output blobs -> ``_share_weights``.
 """
-from google.protobuf import text_format
-
 from pycaffe_cli import net_debug
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError, layer_error, located
+from pycaffe_cli.io.path_fields import check_path_fields
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.log import LOG
 from pycaffe_cli.net_passes import filter_net, insert_splits
+from pycaffe_cli.proto_echo import net_text
+from pycaffe_cli.sizes import check_net_memory
 from pycaffe_cli.proto import caffe_pb2
 
 FLOAT_BYTES = 4
@@ -27,12 +28,13 @@ class Net:
     """
 
     def __init__(self, param, phase=None, level=None, stages=None):
+        check_net_memory(param)
         param = _with_state(param, phase, level, stages)
         self.name = param.name
         self.phase = param.state.phase
         filtered = filter_net(param)
-        LOG.info("Initializing net from parameters: \n"
-                 + text_format.MessageToString(filtered))
+        check_path_fields(filtered)
+        LOG.info("Initializing net from parameters: \n" + net_text(filtered))
         self._reset_tables()
         self._wire_layers(insert_splits(filtered))
         self._mark_backward(filtered.force_backward)
@@ -130,6 +132,7 @@ class Net:
         in_place = (name is not None and top_id < len(layer_param.bottom)
                     and layer_param.bottom[top_id] == name)
         if in_place:
+            self.layers[layer_id].check_in_place(name)
             LOG.info(f"{layer_param.name} -> {name} (in-place)")
             blob_id = self.bottom_ids[layer_id][top_id]
         else:

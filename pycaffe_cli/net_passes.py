@@ -46,11 +46,26 @@ def layer_included(state, layer):
     return not any(state_meets_rule(state, rule, layer.name) for rule in layer.exclude)
 
 
+def without_layers(param):
+    """A copy of the NetParameter ``param`` without its layers. Copying everything and then
+    deleting the layers would keep their memory (protobuf frees a message's memory only with
+    the whole message): twice a huge net's size for each pass."""
+    copy = caffe_pb2.NetParameter()
+    for field, value in param.ListFields():
+        if field.name == "layer":
+            continue
+        if hasattr(value, "extend"):
+            getattr(copy, field.name).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(copy, field.name).CopyFrom(value)
+        else:
+            setattr(copy, field.name, value)
+    return copy
+
+
 def filter_net(param):
     """A copy of ``param`` holding only the layers its ``state`` selects."""
-    filtered = caffe_pb2.NetParameter()
-    filtered.CopyFrom(param)
-    del filtered.layer[:]
+    filtered = without_layers(param)
     for layer in param.layer:
         if layer_included(param.state, layer):
             filtered.layer.add().CopyFrom(layer)
@@ -92,9 +107,7 @@ def _count_consumers(param):
 def insert_splits(param):
     """A copy of ``param`` with Split layers after every top that has several consumers."""
     source_of_bottom, consumers, loss_weight = _count_consumers(param)
-    result = caffe_pb2.NetParameter()
-    result.CopyFrom(param)
-    del result.layer[:]
+    result = without_layers(param)
     next_split = {}
     for i, original in enumerate(param.layer):
         layer = result.layer.add()

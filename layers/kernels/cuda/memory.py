@@ -17,8 +17,26 @@ def _fill_kernel(n, value, out):
 
 
 def empty(count, dtype=np.float32):
-    """An uninitialised flat device array of ``count`` elements."""
-    return cuda.device_array(int(count), dtype)
+    """An uninitialised flat device array of ``count`` elements.
+
+    Raises:
+        MemoryError: the device has not that much memory free (numba raises a CudaAPIError
+            with CUDA_ERROR_OUT_OF_MEMORY; the layer that asked turns it into one line).
+    """
+    try:
+        return cuda.device_array(int(count), dtype)
+    except Exception as error:
+        if not _out_of_memory(error):
+            raise
+        size = int(count) * np.dtype(dtype).itemsize
+        raise MemoryError(f"out of GPU memory allocating {size / (1 << 20):.1f} MiB") from None
+
+
+def _out_of_memory(error):
+    """Whether a numba CUDA driver error is CUDA_ERROR_OUT_OF_MEMORY (code 2)."""
+    if type(error).__name__ == "CudaAPIError" and getattr(error, "code", None) == 2:
+        return True
+    return "OUT_OF_MEMORY" in str(error)
 
 
 def fill(out, value):
