@@ -6,6 +6,10 @@ iterations and gets the effect the user chose on the command line (``--sigint_ef
 and each answer clears its signal, so a second Ctrl-C while the first is still pending is
 simply recorded again (Caffe's semantics). Leaving the ``with`` block puts back whatever
 handlers were installed before.
+
+As in Caffe, the handlers are installed even when the process started with a signal ignored
+(a shell starts background jobs with SIGINT ignored, ``nohup`` ignores SIGHUP): ``kill -INT``
+still stops a ``pycaffe train ... &`` between iterations, and a hangup still snapshots.
 """
 import signal
 

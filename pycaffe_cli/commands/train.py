@@ -1,10 +1,15 @@
 """``pycaffe train``: train or fine-tune a model (Caffe's ``train()`` in tools/caffe.cpp)."""
+import contextlib
+
+import numpy as np
+
 from pycaffe_cli import backend
 from pycaffe_cli.commands import split_list, subcommand
 from pycaffe_cli.commands.common import parse_gpus, require
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.signals import SignalHandler
+from pycaffe_cli.solvers.run_lock import snapshot_prefix_lock
 
 
 @subcommand("train", summary="train or finetune a model",
@@ -15,7 +20,8 @@ def train(solver, weights, snapshot, gpu, level, stage, sigint_effect, sighup_ef
 
     Resume with --snapshot S.solverstate, or finetune from --weights a.caffemodel[,b...]
     (not both). SIGINT stops (--sigint_effect) and SIGHUP snapshots (--sighup_effect) by
-    default, between iterations.
+    default, between iterations. A run holds <snapshot_prefix>.lock: a second run on the
+    same prefix is refused.
     """
     require(solver, "Need a solver definition to train.")
     if snapshot and weights:
@@ -29,8 +35,10 @@ def train(solver, weights, snapshot, gpu, level, stage, sigint_effect, sighup_ef
     param.train_state.stage.extend(split_list(stage))
     _set_mode(param, gpu)
 
-    with SignalHandler(sigint_effect, sighup_effect) as handler:
+    with contextlib.ExitStack() as stack:
+        handler = stack.enter_context(SignalHandler(sigint_effect, sighup_effect))
         the_solver = create_solver(param, solver_path=solver, action_callback=handler.action)
+        stack.enter_context(snapshot_prefix_lock(the_solver.param.snapshot_prefix))
         if snapshot:
             LOG.info(f"Resuming from {snapshot}")
             the_solver.restore(snapshot)
@@ -41,6 +49,8 @@ def train(solver, weights, snapshot, gpu, level, stage, sigint_effect, sighup_ef
                 for test_net in the_solver.test_nets:
                     copy_trained_layers_from(test_net, path)
         LOG.info("Starting Optimization")
+        # A diverging run gets one WARNING from the solver, not numpy's RuntimeWarnings.
+        stack.enter_context(np.errstate(divide="ignore", over="ignore", invalid="ignore"))
         the_solver.solve()
     LOG.info("Optimization Done.")
     return 0

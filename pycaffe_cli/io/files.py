@@ -10,6 +10,7 @@ import os
 import tempfile
 
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.input_files import read_input_bytes
 
 
 def _current_umask():
@@ -92,7 +93,8 @@ def atomic_write(path, mode="wb", encoding=None):
         as it was.
 
     Raises:
-        CaffeError: the folder is missing or not writable, or the disk is full.
+        CaffeError: the folder is missing or not writable, or the disk is full (an OSError
+        raised by the block's writes is turned into one naming ``path``).
     """
     if "w" not in mode:
         raise ValueError(f"atomic_write needs a write mode, got {mode!r}")
@@ -102,12 +104,12 @@ def atomic_write(path, mode="wb", encoding=None):
     try:
         with os.fdopen(fd, mode, encoding=encoding) as stream:
             yield stream
-            try:
-                stream.flush()
-                os.fsync(stream.fileno())
-            except OSError as error:
-                raise _cannot_write(path, error) from None
+            stream.flush()
+            os.fsync(stream.fileno())
         _commit(temp_path, path)
+    except OSError as error:   # the writer's own write, flush or close: disk full, I/O error
+        _discard(temp_path)
+        raise _cannot_write(path, error) from None
     except BaseException:
         _discard(temp_path)
         raise
@@ -118,31 +120,31 @@ def atomic_output_path(path):
     """Yield a temporary path for writers that need a file name rather than a stream (h5py).
 
     The writer must have closed the file when the block ends; the file is then fsynced and
-    renamed onto ``path``. On an exception it is removed and ``path`` is left as it was.
+    renamed onto ``path``. On an exception it is removed and ``path`` is left as it was; an
+    OSError (disk full, I/O error) becomes a CaffeError naming ``path``. HDF5 writers should
+    prefer ``hdf5_image.write_hdf5_atomically``: the HDF5 library can crash the process
+    when the disk fills up under it.
     """
     fd, temp_path = _temporary_beside(path)
     os.close(fd)
     try:
         yield temp_path
+        fd = os.open(temp_path, os.O_RDONLY)
         try:
-            fd = os.open(temp_path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as error:
-            raise _cannot_write(path, error) from None
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         _commit(temp_path, path)
+    except OSError as error:   # h5py reports a failed write as OSError too
+        _discard(temp_path)
+        raise _cannot_write(path, error) from None
     except BaseException:
         _discard(temp_path)
         raise
 
 
-def read_bytes(path, what):
-    """Read a whole file, turning OS errors into ``cannot read <what> 'path': reason``."""
-    try:
-        with open(path, "rb") as stream:
-            return stream.read()
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise CaffeError(f"cannot read {what} '{path}': {reason}") from None
+def read_bytes(path, what, limit=None):
+    """Read a whole regular file, turning problems into ``cannot read <what> 'path': reason``
+    (see ``input_files.read_input_bytes``: pipes and devices are refused unopened; ``limit``
+    is an ``input_files.SizeLimit`` or None)."""
+    return read_input_bytes(path, what, limit)

@@ -12,14 +12,15 @@ format them like C++ ostreams (``f"{x:g}"``).
 import time
 
 import numpy as np
-from google.protobuf import text_format
 
 from pycaffe_cli import backend, net_weights
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.proto_echo import solver_text
 from pycaffe_cli.solvers import lr_policy, state as state_io
+from pycaffe_cli.solvers.divergence import DivergenceWatch
 from pycaffe_cli.solvers.nets import build_test_nets, build_train_net, check_train_net_source
 
 _f32 = np.float32
@@ -68,8 +69,9 @@ class Solver:
 
     Args:
         param: a (current-format) caffe.SolverParameter.
-        solver_path: the solver file, for the snapshot_prefix defaults of Caffe's
-            UpgradeSnapshotPrefixProperty (None: use the prefix as given).
+        solver_path: the solver file, named in errors. The snapshot prefix is used as
+            given: ``read_solver`` has already completed it (Caffe's
+            UpgradeSnapshotPrefixProperty runs once, when the file is read).
         action_callback: called where Caffe polls for signals; returns "none", "snapshot"
             or "stop" (each request once, as Caffe's signal handler does).
 
@@ -86,10 +88,7 @@ class Solver:
     def __init__(self, param, solver_path=None, action_callback=None):
         self.param = caffe_pb2.SolverParameter()
         self.param.CopyFrom(param)
-        if solver_path is not None:
-            state_io.upgrade_snapshot_prefix(self.param, solver_path)
-        LOG.info("Initializing solver from parameters: \n"
-                 + text_format.MessageToString(self.param))
+        LOG.info("Initializing solver from parameters: \n" + solver_text(self.param))
         self.action_callback = action_callback
         self.callbacks = []   # objects with on_start() and on_gradients_ready() (Caffe's)
         self.requested_early_exit = False
@@ -108,6 +107,7 @@ class Solver:
         self.current_step = 0
         self.smoothed_loss = _f32(0)
         self._losses = []
+        self._divergence = DivergenceWatch()   # one WARNING at the first non-finite loss
         self.history = [Blob(blob.shape) for _ in range(self.history_per_param)
                         for blob in self.net.learnable_params]
 
@@ -182,6 +182,7 @@ class Solver:
             for _ in range(param.iter_size):
                 loss += _f32(self.net.forward_backward())
             loss /= _f32(param.iter_size)
+            self._divergence.check(loss, self.net, self.iter)
             self._update_smoothed_loss(loss, start_iter, param.average_loss)
             if display:
                 lapse = _f32(time.perf_counter() - timer)
@@ -388,12 +389,9 @@ class Solver:
         return state_io.snapshot_filename(self.param.snapshot_prefix, self.iter, extension)
 
     def snapshot(self):
-        """Write the weights and the solver state (+ the exact-resume sidecar)."""
-        model_file = state_io.write_model(self.net, self.param, self.iter)
-        state_file = state_io.write_solver_state(self.param, self.iter, model_file,
-                                                 self.current_step, self.history)
-        state_io.write_resume_sidecar(state_file, self.net, self.test_nets)
-        return state_file
+        """Write the weights, the exact-resume sidecar and the solver state, in that order."""
+        return state_io.write_snapshot(self.param, self.iter, self.net, self.test_nets,
+                                       self.current_step, self.history)
 
     def restore(self, path):
         """Load a .solverstate(.h5): iter, weights (learned_net), current_step, history."""

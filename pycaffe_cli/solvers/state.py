@@ -8,9 +8,11 @@ HDF5 solver state has Caffe's SnapshotSolverStateToHDF5 layout: int datasets ``i
 
 Beyond Caffe: beside each state file, ``<state file>.pycaffe.json`` records the random
 generator's state and every layer's ``get_state()`` (train and test nets), so a resumed run
-continues exactly like an uninterrupted one. Every file is written atomically.
+continues exactly like an uninterrupted one (see sidecar.py). Every file is written
+atomically, HDF5 files through memory (see io/hdf5_image.py), and a snapshot's state file
+last, so that it never exists without its weights and sidecar.
 """
-import json
+import contextlib
 import os
 from types import SimpleNamespace
 
@@ -18,16 +20,20 @@ import h5py
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from pycaffe_cli import backend, net_weights
+from pycaffe_cli import net_weights
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.io.files import atomic_output_path, atomic_write
+from pycaffe_cli.io.files import atomic_write, read_bytes
+from pycaffe_cli.io.hdf5_image import hdf5_bytes, in_memory_hdf5
+from pycaffe_cli.io.input_files import PROTO_LIMIT, check_input_file
 from pycaffe_cli.io.weights import blob_proto_to_array, fill_blob_proto
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.solvers.sidecar import (  # noqa: F401 (read_resume_sidecar: the old home)
+    SIDECAR_FORMAT, SIDECAR_SUFFIX, read_resume_sidecar, sha256_hex, write_resume_sidecar)
+from pycaffe_cli.solvers.state_checks import (check_counter, check_learned_net, hdf5_counter,
+                                              hdf5_history, hdf5_string)
 
 HDF5 = caffe_pb2.SolverParameter.HDF5
-SIDECAR_SUFFIX = ".pycaffe.json"
-SIDECAR_FORMAT = 1
 
 
 # --- names and the snapshot prefix ----------------------------------------------------------
@@ -82,28 +88,58 @@ def write_model(net, param, iteration):
     return path
 
 
-def write_solver_state(param, iteration, learned_net, current_step, history):
-    """Write iter, learned_net, current_step and the history Blobs; return the file name."""
+def write_snapshot(param, iteration, net, test_nets, current_step, history):
+    """Write one snapshot as a unit: the weights, the resume sidecar, then the solver state.
+
+    The state file is renamed into place last, so a run killed at any moment leaves every
+    state file beside its weights and its sidecar. On failure the new sidecar is removed;
+    earlier snapshots are never touched.
+
+    Returns:
+        The state file's name.
+
+    Raises:
+        CaffeError: a file cannot be written (disk full, folder gone or read-only); the
+        message names the file.
+    """
+    try:
+        model_file = write_model(net, param, iteration)
+        state_file, encoded = encode_solver_state(param, iteration, model_file, current_step,
+                                                  history)
+        sidecar = write_resume_sidecar(state_file, net, test_nets, sha256_hex(encoded))
+        try:
+            with atomic_write(state_file, "wb") as stream:
+                stream.write(encoded)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(sidecar)
+            raise
+    except CaffeError as error:
+        raise CaffeError(f"{error} (the snapshot of iteration {iteration} is not written; "
+                         "earlier snapshots are kept)") from None
+    return state_file
+
+
+def encode_solver_state(param, iteration, learned_net, current_step, history):
+    """The state file's name and bytes (binary SolverState or Caffe's HDF5 layout)."""
     if param.snapshot_format == HDF5:
         path = snapshot_filename(param.snapshot_prefix, iteration, ".solverstate.h5")
         LOG.info(f"Snapshotting solver state to HDF5 file {path}")
-        with atomic_output_path(path) as temp_path, h5py.File(temp_path, "w") as h5:
+        with in_memory_hdf5() as h5:
             _write_int(h5, "iter", iteration)
             _write_string(h5, "learned_net", learned_net)
             _write_int(h5, "current_step", current_step)
             group = h5.create_group("history")
             for i, blob in enumerate(history):
                 group.create_dataset(str(i), data=blob.read_data().astype(np.float32))
-        return path
+            return path, hdf5_bytes(h5)
     path = snapshot_filename(param.snapshot_prefix, iteration, ".solverstate")
     state = caffe_pb2.SolverState(iter=iteration, learned_net=learned_net,
                                   current_step=current_step)
     for blob in history:
         fill_blob_proto(state.history.add(), blob.read_data())
     LOG.info(f"Snapshotting solver state to binary proto file {path}")
-    with atomic_write(path, "wb") as stream:
-        stream.write(state.SerializeToString())
-    return path
+    return path, state.SerializeToString()
 
 
 def _write_int(h5, name, value):
@@ -122,25 +158,6 @@ def _write_string(h5, name, text):
     dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(raw + b"\0", dtype=f"S{len(raw) + 1}"))
 
 
-def write_resume_sidecar(state_path, net, test_nets):
-    """Write ``<state_path>.pycaffe.json``: the rng state and every layer's get_state()."""
-    payload = {"format": SIDECAR_FORMAT,
-               "rng": backend.rng().bit_generator.state,
-               "train": _layer_states(net),
-               "test": [_layer_states(test_net) for test_net in test_nets]}
-    with atomic_write(state_path + SIDECAR_SUFFIX, "w") as stream:
-        json.dump(payload, stream)
-
-
-def _layer_states(net):
-    states = {}
-    for name, layer in zip(net.layer_names, net.layers):
-        value = layer.get_state()
-        if value is not None:
-            states[name] = value
-    return states
-
-
 # --- reading -----------------------------------------------------------------------------
 def read_solver_state(path):
     """Read a .solverstate (binary) or .solverstate.h5 (any name ending ".h5").
@@ -149,20 +166,24 @@ def read_solver_state(path):
         a namespace with iter, learned_net ("" when absent), current_step, history (a list
         of float32 arrays) and is_hdf5.
     """
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise CaffeError(f"{path}: solver state file not found")
+    check_input_file(path, "solver state", PROTO_LIMIT)   # never open a pipe or a device
     if path.endswith(".h5"):
         return _read_hdf5_state(path)
-    with open(path, "rb") as stream:
-        data = stream.read()
+    data = read_bytes(path, "solver state", PROTO_LIMIT)
     state = caffe_pb2.SolverState()
     try:
         state.ParseFromString(data)
-    except DecodeError:
-        raise CaffeError(f"{path}: not a binary SolverState file") from None
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise CaffeError(f"{path}: not a binary SolverState file (damaged or truncated: "
+                         f"{error})") from None
     history = [_blob_proto_array(blob, path, i) for i, blob in enumerate(state.history)]
-    return SimpleNamespace(iter=state.iter, learned_net=state.learned_net,
-                           current_step=state.current_step, history=history, is_hdf5=False)
+    return SimpleNamespace(iter=check_counter(state.iter, path, "iter"),
+                           learned_net=check_learned_net(state.learned_net, path),
+                           current_step=check_counter(state.current_step, path,
+                                                      "current_step"),
+                           history=history, is_hdf5=False)
 
 
 def _blob_proto_array(proto, path, index):
@@ -173,38 +194,17 @@ def _blob_proto_array(proto, path, index):
 
 
 def _read_hdf5_state(path):
+    """Read Caffe's HDF5 state layout; every field is checked (see state_checks)."""
     try:
         with h5py.File(path, "r") as h5:
-            iteration = _read_int(h5, "iter", path)
-            learned_net = _read_string(h5["learned_net"]) if "learned_net" in h5 else ""
-            current_step = _read_int(h5, "current_step", path)
-            if "history" not in h5:
-                raise CaffeError(f"{path}: Error reading history (no 'history' group)")
-            group = h5["history"]
-            history = []
-            for i in range(len(group)):
-                if str(i) not in group:
-                    raise CaffeError(f"{path}: history dataset '{i}' is missing")
-                history.append(np.asarray(group[str(i)], dtype=np.float32))
-    except OSError as error:
-        raise CaffeError(f"{path}: cannot read HDF5 solver state ({error})") from None
-    return SimpleNamespace(iter=iteration, learned_net=learned_net, current_step=current_step,
-                           history=history, is_hdf5=True)
-
-
-def _read_int(h5, name, path):
-    if name not in h5:
-        raise CaffeError(f"{path}: no '{name}' dataset in the solver state")
-    return int(np.asarray(h5[name]).reshape(-1)[0])
-
-
-def _read_string(dataset):
-    value = dataset[()]
-    if isinstance(value, np.ndarray):
-        value = value.reshape(-1)[0]
-    if isinstance(value, bytes):
-        value = value.decode()
-    return str(value).rstrip("\0")
+            return SimpleNamespace(iter=hdf5_counter(h5, "iter", path),
+                                   learned_net=hdf5_string(h5, "learned_net", path),
+                                   current_step=hdf5_counter(h5, "current_step", path),
+                                   history=hdf5_history(h5, path), is_hdf5=True)
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as error:
+        reason = " ".join(str(error).split())    # h5py's messages can span lines
+        raise CaffeError(f"{path}: cannot read HDF5 solver state (damaged or truncated: "
+                         f"{reason})") from None
 
 
 def locate_learned_net(learned_net, state_path):
@@ -217,42 +217,3 @@ def locate_learned_net(learned_net, state_path):
         LOG.info(f"learned_net {learned_net} not found; using {beside} beside the state file")
         return beside
     raise CaffeError(f"{state_path}: its weights file {learned_net} (learned_net) not found")
-
-
-def read_resume_sidecar(state_path, net, test_nets):
-    """Restore the rng and layer states from ``<state_path>.pycaffe.json`` if present."""
-    sidecar = state_path + SIDECAR_SUFFIX
-    if not os.path.isfile(sidecar):
-        LOG.info(f"No {sidecar}: data layers restart from their beginning and the random "
-                 "generator is not restored, as in Caffe")
-        return False
-    try:
-        with open(sidecar) as stream:
-            payload = json.load(stream)
-    except (OSError, ValueError) as error:
-        raise CaffeError(f"{sidecar}: cannot read the resume state ({error})") from None
-    if payload.get("format") != SIDECAR_FORMAT:
-        raise CaffeError(f"{sidecar}: unknown resume-state format {payload.get('format')!r}")
-    saved_tests = payload.get("test", [])
-    if len(saved_tests) != len(test_nets):
-        LOG.warning(f"{sidecar}: saved with {len(saved_tests)} test net(s), this solver has "
-                    f"{len(test_nets)}; restoring the first "
-                    f"{min(len(saved_tests), len(test_nets))}")
-    try:
-        backend.rng().bit_generator.state = payload.get("rng")
-    except (TypeError, ValueError, KeyError) as error:
-        raise CaffeError(f"{sidecar}: bad random generator state ({error})") from None
-    _set_layer_states(net, payload.get("train", {}), sidecar)
-    for test_net, states in zip(test_nets, saved_tests):
-        _set_layer_states(test_net, states, sidecar)
-    LOG.info(f"Restored random generator and data layer states from {sidecar}")
-    return True
-
-
-def _set_layer_states(net, states, sidecar):
-    for name, value in states.items():
-        if not net.has_layer(name):
-            LOG.warning(f'{sidecar}: ignoring the state saved for layer {name}, which net '
-                        f'"{net.name}" does not have')
-            continue
-        net.layer_by_name(name).set_state(value)

@@ -1,6 +1,7 @@
 """Fixtures for the command-line tests: run ``pycaffe`` in-process and capture its stderr."""
 import contextlib
 import io
+import signal
 import textwrap
 
 import pytest
@@ -25,6 +26,17 @@ class Result:
 
     def error_lines(self):
         return [line for line in self.err.splitlines() if line.startswith("pycaffe: error:")]
+
+
+@pytest.fixture(autouse=True)
+def interactive_sigint():
+    """Ctrl-C raises KeyboardInterrupt during every CLI test, as in an interactive Python,
+    however the suite was started: a shell starts background jobs (``make test &``) with
+    SIGINT ignored, and Python then installs no handler. The old handler comes back after."""
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, saved if saved is not None else signal.SIG_DFL)
 
 
 @pytest.fixture

@@ -106,9 +106,11 @@ class LogCapture(logging.Handler):
     def __init__(self):
         super().__init__(logging.INFO)
         self.messages = []
+        self.levels = []
 
     def emit(self, record):
         self.messages.append(record.getMessage())
+        self.levels.append(record.levelname)
 
     def __enter__(self):
         self._level = LOG.level
@@ -122,3 +124,6 @@ class LogCapture(logging.Handler):
 
     def matching(self, prefix):
         return [m for m in self.messages if m.startswith(prefix)]
+
+    def warnings(self):
+        return [m for m, level in zip(self.messages, self.levels) if level == "WARNING"]
