@@ -10,8 +10,8 @@ GPU: one kernel per direction, exact as the CPU's (sign(NaN) is NaN there too).
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("AbsVal", v1="ABSVAL")

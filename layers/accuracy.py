@@ -18,9 +18,9 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.softmax_with_loss import count_labels_gpu, gather_labels, ignore_args
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 

@@ -16,8 +16,8 @@ top_k pairs in that order, one pass over the row per k.
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.views import layer_axis
 
 # What the GPU kernel writes: with an axis, indices or values; without, indices (and values).

@@ -17,22 +17,27 @@ in ``reshape`` and reused; batches whose column buffer would exceed ``COL_BUFFER
 elements run in a few blocks of images.
 
 The GEMMs see the output side as (C_out, count P) while blobs hold (count, C_out, P): the
-numba kernels of ``kernels/cpu/layout.py`` reorder it, adding the bias on the way out and
-summing the bias gradient on the way back in (to the bit what numpy's sums gave).
+layout kernels reorder it, adding the bias on the way out (and, on the CPU, summing the bias
+gradient on the way back in, to the bit what numpy's sums gave).
+
+The plan is written once, here, over a backend object chosen by the mode: ``CpuConvBackend``
+(numpy arrays) or ``GpuConvBackend`` (device arrays), see base_convolution_backend.py. The
+GPU backend covers 2-d windows (the CUDA im2col is 2-d); N-d ones run the CPU backend,
+logged once. Subclasses write ``forward_with`` / ``backward_with`` over a backend.
 """
 import math
 
 import numpy as np
 
+from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer
-from pycaffe_cli.layers.base_convolution_gpu import ConvolutionGpuGemms
+from pycaffe_cli.layers.base_convolution_backend import CpuConvBackend, GemmDims, \
+    GpuConvBackend
 from pycaffe_cli.layers.kernels.cpu import im2col as kernels
-from pycaffe_cli.layers.kernels.cpu import layout
 from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
 from pycaffe_cli.layers.views import layer_axis
-from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
 
 COL_BUFFER_LIMIT = 1 << 25  # elements (128 MiB of float32) per column buffer
 
@@ -92,14 +97,6 @@ class ColumnGeometry:
         im2col.col2im_batch(col, num, *self._args(), im, batch_major)
 
 
-def _grow(buffer, size):
-    """``buffer`` if it holds ``size`` elements, else a new float32 buffer that does."""
-    if buffer.size >= size:
-        return buffer
-    check_bytes(size * FLOAT_BYTES, f"a column buffer of {size} values")
-    return np.empty(size, np.float32)
-
-
 def _drop_leading_ones(shape):
     shape = tuple(shape)
     while shape and shape[0] == 1:
@@ -107,9 +104,10 @@ def _drop_leading_ones(shape):
     return shape
 
 
-class BaseConvolutionLayer(ConvolutionGpuGemms, Layer):
+class BaseConvolutionLayer(Layer):
     """Parameters, shapes and the three GEMMs of (de)convolution. Subclasses set
-    ``reverse_dimensions`` and ``compute_output_shape`` and write forward/backward."""
+    ``reverse_dimensions`` and ``compute_output_shape`` and write ``forward_with`` /
+    ``backward_with`` (the passes over one backend)."""
 
     min_num_bottom = 1
     min_num_top = 1
@@ -147,8 +145,8 @@ class BaseConvolutionLayer(ConvolutionGpuGemms, Layer):
                 fill(self.blobs[1], p.bias_filler, self.name)
         self.kernel_dim = math.prod(weight_shape[1:])
         self.param_propagate_down = [True] * len(self.blobs)
-        self._col = np.empty(0, np.float32)
-        self._mat = np.empty(0, np.float32)
+        self.cpu_backend = CpuConvBackend()
+        self._gpu_backend = None
 
     def _check_channels(self):
         if self.num_output <= 0:
@@ -211,119 +209,128 @@ class BaseConvolutionLayer(ConvolutionGpuGemms, Layer):
         self.mat_dim = self.conv_out_channels * self.out_spatial_dim
         per_image = self.kernel_dim * self.group * self.out_spatial_dim
         self.block = max(1, min(self.num, COL_BUFFER_LIMIT // max(per_image, 1)))
-        if not self.is_1x1:
-            self._col = _grow(self._col, per_image * self.block)
-        self._mat = _grow(self._mat, self.mat_dim * self.block)
+        self.cpu_backend.reserve(0 if self.is_1x1 else per_image * self.block,
+                                 self.mat_dim * self.block)
 
     def blocks(self):
         """(first image, image count) of each block of the batch."""
         return [(n, min(self.block, self.num - n)) for n in range(0, self.num, self.block)]
 
+    # --- mode -> backend -----------------------------------------------------------------
+    def forward_cpu(self, bottom, top):
+        self.forward_with(self.cpu_backend, bottom, top)
+
+    def backward_cpu(self, top, propagate_down, bottom):
+        self.backward_with(self.cpu_backend, top, propagate_down, bottom)
+
+    def forward_gpu(self, bottom, top):
+        self.forward_with(self.gpu_backend(), bottom, top)
+
+    def backward_gpu(self, top, propagate_down, bottom):
+        self.backward_with(self.gpu_backend(), top, propagate_down, bottom)
+
+    def gpu_backend(self):
+        """The device backend for 2-d windows; the CPU one (logged once) for N-d windows or
+        force_nd_im2col, which the CUDA im2col does not cover."""
+        if not self.geometry.use_2d:
+            backend.log_once(("cpu-fallback", self.type, "nd"),
+                             f"{self.type} layers with {self.num_spatial_axes} spatial axes (or "
+                             "force_nd_im2col) have no GPU path; running them on the CPU")
+            return self.cpu_backend
+        if self._gpu_backend is None:
+            self._gpu_backend = GpuConvBackend()
+        return self._gpu_backend
+
+    def forward_with(self, be, bottom, top):
+        raise NotImplementedError
+
+    def backward_with(self, be, top, propagate_down, bottom):
+        raise NotImplementedError
+
     # --- views -------------------------------------------------------------------------
     def im_block(self, array, first, count):
-        """Flat view of images [first, first + count) of an input-side array."""
-        return array.reshape(-1)[first * self.im_dim:(first + count) * self.im_dim]
+        """Images [first, first + count) of a flat input-side array."""
+        return array[first * self.im_dim:(first + count) * self.im_dim]
 
     def mat_block(self, array, first, count):
-        """(count, conv_out_channels, P) view of an output-side array."""
-        return array.reshape(self.num, self.conv_out_channels, -1)[first:first + count]
+        """Images [first, first + count) of a flat output-side array (count, C_out, P)."""
+        return array[first * self.mat_dim:(first + count) * self.mat_dim]
 
-    def _weights(self):
-        g = self.group
-        return self.blobs[0].data.reshape(g, self.conv_out_channels // g, self.kernel_dim)
+    def _dims(self, cols):
+        return GemmDims(self.group, self.conv_out_channels // self.group, self.kernel_dim, cols)
 
-    def _col_matrix(self, count):
-        size = self.kernel_dim * self.group * self.out_spatial_dim * count
-        self._col = _grow(self._col, size)
-        return self._col[:size].reshape(self.group, self.kernel_dim, -1)
+    def _col_buffer(self, be, count):
+        return be.col_buffer(self.kernel_dim * self.group * self.out_spatial_dim * count)
 
-    def _mat_matrix(self, count):
-        size = self.mat_dim * count
-        return self._mat[:size].reshape(self.group, self.conv_out_channels // self.group, -1)
-
-    def _split_groups(self, array, count, channels):
-        return array.reshape(count, self.group, channels // self.group, -1)
-
-    def _im2col(self, im, count):
-        """The column matrix (G, kernel_dim, count P) of ``count`` flat input images."""
-        col = self._col_matrix(count)
+    def _im2col(self, be, im, count):
+        """The column matrix (G, kernel_dim, count P) of ``count`` flat input images; for 1x1
+        windows a reordering of the images themselves."""
+        col = self._col_buffer(be, count)
         if self.is_1x1:
-            layout.images_to_channels(im.reshape(-1), count, self.conv_in_channels,
-                                      self.out_spatial_dim, col.reshape(-1))
+            be.to_channels(im, count, self.conv_in_channels, self.out_spatial_dim, col)
         else:
-            self.geometry.im2col(im, count, col.reshape(-1), False)
+            be.im2col(self.geometry, im, count, col)
         return col
 
-    def _mat_transposed(self, mat, count, sums=None):
+    def _to_channels(self, be, mat, count, sums=None):
         """The output side (count, C_out, P) as the matrix (G, C_out / G, count P); with
         ``sums``, also adds each channel's sum to it (see ``bias_sums``)."""
-        y = self._mat_matrix(count)
-        args = (mat.reshape(-1), count, self.conv_out_channels, self.out_spatial_dim,
-                y.reshape(-1))
-        if sums is None:
-            layout.images_to_channels(*args)
-        else:
-            layout.images_to_channels_sum(*args, sums)
+        y = be.mat_buffer(self.mat_dim * count)
+        be.to_channels(mat, count, self.conv_out_channels, self.out_spatial_dim, y, sums)
         return y
 
     # --- the three GEMMs ---------------------------------------------------------------
-    def forward_gemm(self, im, mat, count, bias=None, skip_im2col=False):
-        """mat (count, C_out, P) = W @ im2col(im) (+ bias), ``im`` flat input images."""
-        weights = self._weights()
+    def forward_gemm(self, be, im, mat, count, bias=None, skip_im2col=False):
+        """mat (count, C_out, P) = W @ im2col(im) (+ bias), ``im`` flat input images; with
+        ``skip_im2col``, the column buffer already holds im2col(im)."""
+        weights = be.read_data(self.blobs[0])
         if self.is_1x1:
-            x = self._split_groups(im, count, self.conv_in_channels)
-            np.matmul(weights, x, out=self._split_groups(mat, count, self.conv_out_channels))
+            be.gemm_images(False, weights, im, mat, count, self._dims(self.out_spatial_dim))
             if bias is not None:
-                mat += bias.reshape(1, -1, 1)
+                be.add_bias(mat, count, self.conv_out_channels, bias)
             return
-        col = self._col_matrix(count) if skip_im2col else self._im2col(im, count)
-        y = self._mat_matrix(count)
-        np.matmul(weights, col, out=y)
-        args = (y.reshape(-1), count, self.conv_out_channels, self.out_spatial_dim)
-        if bias is None:
-            layout.channels_to_images(*args, mat.reshape(-1))
-        else:
-            layout.channels_to_images_bias(*args, bias, mat.reshape(-1))
+        col = self._col_buffer(be, count) if skip_im2col else self._im2col(be, im, count)
+        y = be.mat_buffer(self.mat_dim * count)
+        be.gemm_groups(False, weights, col, y, self._dims(count * self.out_spatial_dim))
+        be.to_images(y, count, self.conv_out_channels, self.out_spatial_dim, mat, bias)
 
-    def backward_gemm(self, mat, im, count, mat_transposed=None):
+    def backward_gemm(self, be, mat, im, count, mat_transposed=None):
         """im (flat input images) = col2im(W^T @ mat), ``mat`` (count, C_out, P)."""
-        weights_t = self._weights().transpose(0, 2, 1)
+        weights = be.read_data(self.blobs[0])
         if self.is_1x1:
-            y = self._split_groups(mat, count, self.conv_out_channels)
-            np.matmul(weights_t, y, out=self._split_groups(im, count, self.conv_in_channels))
+            be.gemm_images(True, weights, mat, im, count, self._dims(self.out_spatial_dim))
             return
-        y = self._mat_transposed(mat, count) if mat_transposed is None else mat_transposed
-        col = self._col_matrix(count)
-        np.matmul(weights_t, y, out=col)
-        self.geometry.col2im(col.reshape(-1), count, im, False)
+        y = self._to_channels(be, mat, count) if mat_transposed is None else mat_transposed
+        col = self._col_buffer(be, count)
+        be.gemm_groups(True, weights, y, col, self._dims(count * self.out_spatial_dim))
+        be.col2im(self.geometry, col, count, im)
 
-    def weight_gemm(self, im, mat, count, mat_transposed=None):
+    def weight_gemm(self, be, im, mat, count, mat_transposed=None):
         """dW += mat @ im2col(im)^T; returns ``mat`` transposed for a following
         backward_gemm (``mat_transposed`` if given), and leaves im2col(im) in the column
         buffer."""
-        col = self._im2col(im, count)
-        y = self._mat_transposed(mat, count) if mat_transposed is None else mat_transposed
-        grad = np.matmul(y, col.transpose(0, 2, 1))
-        self.blobs[0].diff.reshape(grad.shape)[...] += grad
+        col = self._im2col(be, im, count)
+        y = self._to_channels(be, mat, count) if mat_transposed is None else mat_transposed
+        be.weight_grad(y, col, be.write_diff(self.blobs[0]),
+                       self._dims(count * self.out_spatial_dim))
         return y
 
-    def backward_bias(self, diff):
-        """db += the output-side diff summed over images and positions."""
-        sums = self.bias_sums()
-        if sums is not None:
-            layout.channel_sums(diff.reshape(-1), self.num, self.num_output,
-                                diff.size // max(self.num * self.num_output, 1), sums)
-            self.add_bias_diff(sums)
-
-    def bias_sums(self):
-        """Zeroed per-channel sums to collect the bias gradient in (``_mat_transposed``
-        adds a block's), or None when the bias takes no gradient. Sums run image by image,
-        each image's positions in numpy's pairwise order: the numbers of
-        ``diff.sum(axis=(0, 2))``, whether or not the batch runs in blocks."""
+    # --- bias --------------------------------------------------------------------------
+    def backward_bias(self, be, diff):
+        """db += the output-side ``diff`` (flat) summed over images and positions."""
         if self.bias_term and self.param_propagate_down[1]:
-            return np.zeros(self.num_output, np.float32)
+            be.bias_grad(diff, self.num, self.num_output, be.write_diff(self.blobs[1]))
+
+    def bias_sums(self, be):
+        """Zeroed per-channel sums for ``_to_channels`` to collect the bias gradient in,
+        block by block, where the backend fuses them (the CPU); else None (no gradient, or
+        ``backward_bias`` computes it). Sums run image by image, each image's positions in
+        numpy's pairwise order: the numbers of ``diff.sum(axis=(0, 2))``, whether or not the
+        batch runs in blocks."""
+        if self.bias_term and self.param_propagate_down[1] and be.fuses_bias_sums:
+            return be.zeros(self.num_output)
         return None
 
-    def add_bias_diff(self, sums):
+    def add_bias_diff(self, be, sums):
         """db += ``sums`` (from ``bias_sums``)."""
-        self.blobs[1].diff[...] += sums
+        be.write_diff(self.blobs[1])[...] += sums

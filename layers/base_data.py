@@ -105,7 +105,7 @@ class BasePrefetchingDataLayer(Layer):
         self._prefetcher.recycle(batch)
 
     def forward_gpu(self, bottom, top):
-        from pycaffe_cli.layers.kernels.cuda import memory
+        from pycaffe_cli.cuda import memory
         batch = self._prefetcher.next_batch()
         self._shapes = (batch.data.shape, (batch.data.shape[0],))
         top[0].reshape(batch.data.shape)
@@ -148,7 +148,7 @@ def _push_to_device(batch):
     if backend.mode() is not backend.Mode.GPU:
         batch.device.clear()
         return
-    from pycaffe_cli.layers.kernels.cuda import memory
+    from pycaffe_cli.cuda import memory
     memory.use_device(backend.device())   # this thread's CUDA context: the net's device
     if "stream" not in batch.device:
         batch.device["stream"] = memory.stream()

@@ -28,9 +28,9 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.kernels.cuda import channel_stats
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 

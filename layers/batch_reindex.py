@@ -10,12 +10,12 @@ The indices receive no gradient.
 GPU mode checks the indices on the host (a read of the small index blob, as Caffe reads them
 on the CPU too) and copies on the device: forward gathers rows; backward gathers too, one
 thread per bottom element adding the top rows that point at its row in order (the indices
-sorted on the device, ``kernels/cuda/copy.py``), so repeated indices need no atomics.
+sorted on the device, ``pycaffe_cli/cuda/copy.py``), so repeated indices need no atomics.
 """
 import numpy as np
 
+from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import copy
 
 
 @register("BatchReindex")

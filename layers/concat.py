@@ -7,10 +7,10 @@ With the bottoms viewed as (outer, n_i, inner) around the concat axis,
 
 All other dimensions must agree. With a single bottom the top shares its data and diff.
 
-GPU mode: one strided block copy per bottom, each way (``kernels/cuda/copy.py``).
+GPU mode: one strided block copy per bottom, each way (``pycaffe_cli/cuda/copy.py``).
 """
+from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import copy
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
 

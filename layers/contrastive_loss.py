@@ -23,9 +23,9 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import LossLayer, register
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 _EPSILON = np.float32(1e-4)
 

@@ -13,7 +13,7 @@ floor((in + 2 pad - dilation (k - 1) - 1) / stride) + 1. As GEMMs over the im2co
     backward:  dW += dtop @ im2col(x)^T,   db += sum dtop,   dx = col2im(W^T @ dtop)
 
 Several bottoms may be given; each is convolved with the same filters into its own top.
-On the GPU the same GEMMs run on device buffers (base_convolution_gpu.py).
+One plan for both modes: the GEMMs run on the mode's backend (base_convolution_backend.py).
 """
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_convolution import BaseConvolutionLayer
@@ -26,69 +26,35 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def compute_output_shape(self, in_shape):
         return self.geometry.output_shape(in_shape)
 
-    def forward_cpu(self, bottom, top):
-        bias = self.blobs[1].data if self.bias_term else None
+    def forward_with(self, be, bottom, top):
+        bias = be.read_data(self.blobs[1]) if self.bias_term else None
         for x, y in zip(bottom, top):
+            x_data, y_data = be.read_data(x), be.write_data(y)
             for first, count in self.blocks():
-                self.forward_gemm(self.im_block(x.data, first, count),
-                                  self.mat_block(y.data, first, count), count, bias)
+                self.forward_gemm(be, self.im_block(x_data, first, count),
+                                  self.mat_block(y_data, first, count), count, bias)
 
-    def backward_cpu(self, top, propagate_down, bottom):
+    def backward_with(self, be, top, propagate_down, bottom):
+        weights_down = self.param_propagate_down[0]
         for i, (y, x) in enumerate(zip(top, bottom)):
-            # The GEMMs take the top diff as (C_out, count P): the pass that reorders it,
-            # block by block, also sums the bias gradient.
-            reorder = self.param_propagate_down[0] or (propagate_down[i] and not self.is_1x1)
-            sums = self.bias_sums() if reorder else None
-            if not reorder:
-                self.backward_bias(y.diff)
-                if not propagate_down[i]:
-                    continue
-            for first, count in self.blocks():
-                dy = self.mat_block(y.diff, first, count)
-                dy_transposed = self._mat_transposed(dy, count, sums) if reorder else None
-                if self.param_propagate_down[0]:
-                    self.weight_gemm(self.im_block(x.data, first, count), dy, count,
-                                     dy_transposed)
-                if propagate_down[i]:
-                    self.backward_gemm(dy, self.im_block(x.diff, first, count), count,
-                                       dy_transposed)
-            if sums is not None:
-                self.add_bias_diff(sums)
-
-    def forward_gpu(self, bottom, top):
-        if not self.gpu_supported():
-            return self.forward_cpu(bottom, top)
-        col, mat = self.gpu_buffers()
-        weights = self.blobs[0].gpu_data_for_reading()
-        bias = self.blobs[1].gpu_data_for_reading() if self.bias_term else None
-        for x, y in zip(bottom, top):
-            x_data, y_data = x.gpu_data_for_reading(), y.gpu_data
-            for first, count in self.blocks():
-                self.gpu_im2col(self.gpu_block(x_data, first, count, self.im_dim), count, col)
-                self.gpu_weights_times_col(weights, col, mat, count)
-                self.gpu_mat_to_images(mat, count,
-                                       self.gpu_block(y_data, first, count, self.mat_dim),
-                                       bias)
-
-    def backward_gpu(self, top, propagate_down, bottom):
-        if not self.gpu_supported():
-            return self.backward_cpu(top, propagate_down, bottom)
-        col, mat = self.gpu_buffers()
-        weights = self.blobs[0].gpu_data_for_reading()
-        for i, (y, x) in enumerate(zip(top, bottom)):
-            dy = y.gpu_diff_for_reading()
-            self.gpu_bias_grad(dy, self.out_spatial_dim)
-            if not (self.param_propagate_down[0] or propagate_down[i]):
+            # The GEMMs take the top diff as (C_out, count P): where a pass reorders it,
+            # block by block, the CPU backend also sums the bias gradient on the way.
+            reorder = weights_down or (propagate_down[i] and not self.is_1x1)
+            sums = self.bias_sums(be) if reorder else None
+            dy = be.read_diff(y)
+            if sums is None:
+                self.backward_bias(be, dy)
+            if not (weights_down or propagate_down[i]):
                 continue
-            x_data = x.gpu_data_for_reading()
-            dx = x.gpu_diff if propagate_down[i] else None
             for first, count in self.blocks():
-                self.gpu_images_to_mat(self.gpu_block(dy, first, count, self.mat_dim), count,
-                                       mat)
-                if self.param_propagate_down[0]:
-                    self.gpu_im2col(self.gpu_block(x_data, first, count, self.im_dim), count,
-                                    col)
-                    self.gpu_weight_grad(mat, col, count)
-                if dx is not None:
-                    self.gpu_weights_t_times_mat(weights, mat, col, count)
-                    self.gpu_col2im(col, count, self.gpu_block(dx, first, count, self.im_dim))
+                dy_block = self.mat_block(dy, first, count)
+                dy_transposed = self._to_channels(be, dy_block, count, sums) if reorder \
+                    else None
+                if weights_down:
+                    self.weight_gemm(be, self.im_block(be.read_data(x), first, count), dy_block,
+                                     count, dy_transposed)
+                if propagate_down[i]:
+                    self.backward_gemm(be, dy_block, self.im_block(be.write_diff(x), first, count),
+                                       count, dy_transposed)
+            if sums is not None:
+                self.add_bias_diff(be, sums)

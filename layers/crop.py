@@ -9,11 +9,11 @@ before ``axis`` are kept whole:
 
 bottom[1] only supplies a shape and never receives a gradient.
 
-GPU mode: a strided copy of the window each way (``kernels/cuda/copy.py``); backward zeroes
+GPU mode: a strided copy of the window each way (``pycaffe_cli/cuda/copy.py``); backward zeroes
 the bottom diff first, as Caffe does.
 """
+from pycaffe_cli.cuda import copy, memory
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import copy, memory
 from pycaffe_cli.layers.views import layer_axis
 
 

@@ -20,10 +20,10 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli import backend
+from pycaffe_cli.cuda import math as gpu_math
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda import math as gpu_math
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 # Philox-4x32 multipliers and Weyl key increments (Random123)

@@ -8,17 +8,17 @@
   later bottom wins only if strictly larger.
 
 GPU mode runs the same float32 operations in the same order on the device, one launch per
-bottom (the kernels below and ``kernels/cuda/math.py``); MAX keeps the winning bottom index in
+bottom (the kernels below and ``pycaffe_cli/cuda/math.py``); MAX keeps the winning bottom index in
 a float32 device buffer.
 """
 import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import math as gpu_math
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import math as gpu_math
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 SUM = caffe_pb2.EltwiseParameter.SUM

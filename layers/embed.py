@@ -11,7 +11,7 @@ The indices receive no gradient.
 
 GPU mode gathers the weight rows on the device. The weight gradient gathers too, without
 atomics: the indices are sorted on the device and one thread per weight element adds the
-top diffs of the indices that name its row, in order (``kernels/cuda/copy.py``); the bias
+top diffs of the indices that name its row, in order (``pycaffe_cli/cuda/copy.py``); the bias
 gradient is Bias's column-sum gather. Out-of-range indices are caught on the host when the
 host copy of the indices is current (fed from the host: no copy back needed); indices made on
 the device are not read back, and a bad one gives a zero row (plus bias) and no gradient.
@@ -19,10 +19,11 @@ the device are not read back, and a bad one gives a zero row (plus bias) and no 
 import numpy as np
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import copy
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.bias import BroadcastGradient
-from pycaffe_cli.layers.kernels.cuda import copy, layout
+from pycaffe_cli.layers.kernels.cuda import layout
 from pycaffe_cli.synced_memory import Head
 
 

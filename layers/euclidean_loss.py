@@ -12,9 +12,9 @@ are scaled copies of d.
 import numpy as np
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import math as gpu_math
 from pycaffe_cli.layers.base import LossLayer, register
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
-from pycaffe_cli.layers.kernels.cuda import math as gpu_math
 
 
 @register("EuclideanLoss", v1="EUCLIDEAN_LOSS")

@@ -17,9 +17,9 @@ import math
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.elementwise import DeviceCopy
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 E_BASE = -1.0
 

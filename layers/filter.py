@@ -12,13 +12,13 @@ receives no gradient.
 
 GPU mode reads the selector on the host (in reshape, as Caffe does), sends the kept indices
 to the device, and gathers the rows there; backward gathers each bottom row's diff (zero
-where not kept) with ``kernels/cuda/copy.py``'s index gather.
+where not kept) with ``pycaffe_cli/cuda/copy.py``'s index gather.
 """
 import numpy as np
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import copy
 
 
 @register("Filter")

@@ -24,12 +24,12 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
 from pycaffe_cli.layers.base import LossLayer, register
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.softmax import axis_dims, softmax_forward
 from pycaffe_cli.layers.softmax_with_loss import (gather_labels, ignore_args, normalizer,
                                                   softmax_loss_forward_gpu)

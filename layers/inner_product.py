@@ -95,7 +95,8 @@ class InnerProductLayer(Layer):
 
     # --- GPU: the same products as cuBLAS GEMMs (Caffe's inner_product_layer.cu) ----------
     def forward_gpu(self, bottom, top):
-        from pycaffe_cli.layers.kernels.cuda import layout, math
+        from pycaffe_cli.cuda import math
+        from pycaffe_cli.layers.kernels.cuda import layout
         y = top[0].gpu_data
         math.gemm(False, not self.transpose, self.m, self.num_output, self.k, 1.0,
                   bottom[0].gpu_data_for_reading(), self.blobs[0].gpu_data_for_reading(), 0.0,
@@ -105,7 +106,7 @@ class InnerProductLayer(Layer):
                                     self.blobs[1].gpu_data_for_reading())
 
     def backward_gpu(self, top, propagate_down, bottom):
-        from pycaffe_cli.layers.kernels.cuda import math
+        from pycaffe_cli.cuda import math
         dy = top[0].gpu_diff_for_reading()
         m, n, k = self.m, self.num_output, self.k
         if self.param_propagate_down[0]:

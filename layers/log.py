@@ -17,10 +17,10 @@ import math
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.elementwise import DeviceCopy
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
 from pycaffe_cli.layers.exp import log_of_base
-from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Log")

@@ -25,8 +25,8 @@ import math
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 ONE = np.float32(1)
 

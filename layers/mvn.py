@@ -21,9 +21,9 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.kernels.cuda import channel_stats
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("MVN", v1="MVN")

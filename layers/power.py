@@ -22,10 +22,10 @@ of the input and the output.
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.elementwise import DeviceCopy
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 # the backward's cases, as listed in the module doc (diff_scale 0 is a fill instead)
 GRAD_LINEAR = 0   # power 1

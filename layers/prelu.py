@@ -23,12 +23,12 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import launch as launching
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.elementwise import DeviceCopy
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda import launch as launching
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.proto import caffe_pb2
 
 DEFAULT_SLOPE = 0.25

@@ -360,7 +360,7 @@ class RecurrentLayer(Layer):
             start.data[...] = end.data
 
     def _carry_state_gpu(self):
-        from pycaffe_cli.layers.kernels.cuda import memory
+        from pycaffe_cli.cuda import memory
         for start, end in zip(self.recurrent_inputs, self.recurrent_outputs):
             memory.copy(end.gpu_data_for_reading(), start.gpu_data)
 

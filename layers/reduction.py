@@ -13,9 +13,9 @@ float64, as the CPU adds in float64); backward is one thread per bottom element.
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda import launch as launching
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import launch as launching
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.views import layer_axis
 from pycaffe_cli.proto import caffe_pb2
 

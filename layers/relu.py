@@ -17,9 +17,9 @@ by one grid-stride kernel per direction, so both modes give the same bits.
 import numpy as np
 from numba import cuda, float32, njit, prange
 
+from pycaffe_cli.cuda.device import device_function
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.device import device_function
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 PARALLEL_MIN = 1 << 17  # elements: below this, starting the threads costs more than they save

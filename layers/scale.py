@@ -24,7 +24,7 @@ from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.bias import (BiasLayer, BroadcastGradient, broadcast, broadcast_dims,
                                      broadcast_param_shape)
-from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.cuda import memory
 from pycaffe_cli.proto import caffe_pb2
 
 

@@ -12,9 +12,9 @@ double-precision tanh form.
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.elementwise import sigmoid
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.elementwise import sigmoid
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Sigmoid", v1="SIGMOID")

@@ -5,8 +5,8 @@
 
 GPU mode zeroes the diffs on the device.
 """
+from pycaffe_cli.cuda import memory
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import memory
 
 
 @register("Silence", v1="SILENCE")

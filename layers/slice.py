@@ -9,11 +9,11 @@ p_1 < ... < p_{K-1} (p_0 = 0, p_K = n):
 Without slice points the axis is split into K equal parts. A single top shares the bottom's
 data and diff.
 
-GPU mode: one strided block copy per top, each way (``kernels/cuda/copy.py``).
+GPU mode: one strided block copy per top, each way (``pycaffe_cli/cuda/copy.py``).
 """
+from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.concat import legacy_axis, outer_axis_inner
-from pycaffe_cli.layers.kernels.cuda import copy
 from pycaffe_cli.layers.views import three_axis_view
 
 

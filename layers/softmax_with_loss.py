@@ -21,10 +21,10 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import LossLayer, register
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.softmax import axis_dims, softmax_forward
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 from pycaffe_cli.proto import caffe_pb2

@@ -10,9 +10,9 @@ same order.
 """
 import numpy as np
 
+from pycaffe_cli.cuda import math as gpu_math
+from pycaffe_cli.cuda import memory
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import math as gpu_math
-from pycaffe_cli.layers.kernels.cuda import memory
 
 
 @register("Split", v1="SPLIT")

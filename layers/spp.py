@@ -123,7 +123,7 @@ class SPPLayer(Layer):
         if self.pyramid_height == 1:
             self._levels[0].forward(bottom[0], top[0])
             return
-        from pycaffe_cli.layers.kernels.cuda import copy
+        from pycaffe_cli.cuda import copy
         num, total, offset = bottom[0].shape[0], top[0].count(1), 0
         y = top[0].gpu_data
         for level in self._levels:
@@ -136,7 +136,7 @@ class SPPLayer(Layer):
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        from pycaffe_cli.layers.kernels.cuda import copy, math, memory
+        from pycaffe_cli.cuda import copy, math, memory
         dx = bottom[0].gpu_diff
         if self.pyramid_height == 1:
             memory.copy(self._levels[0].device_backward(top[0]), dx)

@@ -14,9 +14,9 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.elementwise import DeviceCopy, sigmoid
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.elementwise import DeviceCopy, sigmoid
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Swish")

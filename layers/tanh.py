@@ -12,8 +12,8 @@ import math
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("TanH", v1="TANH")

@@ -13,8 +13,8 @@ error above).
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import NeuronLayer, register
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 
 
 @register("Threshold", v1="THRESHOLD")

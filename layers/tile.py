@@ -5,15 +5,15 @@ With the bottom viewed as (outer, inner), outer = count(0, axis), inner = count(
     forward:   y[o, t, :] = x[o, :]          for t in 0..tiles-1   (top.shape[axis] *= tiles)
     backward:  dx[o, :] = sum_t dy[o, t, :]
 
-GPU mode: forward is a strided copy with a stride-0 tiles axis (``kernels/cuda/copy.py``);
+GPU mode: forward is a strided copy with a stride-0 tiles axis (``pycaffe_cli/cuda/copy.py``);
 backward gathers, one thread per bottom element adding its tiles in order.
 """
 import numpy as np
 from numba import cuda
 
+from pycaffe_cli.cuda import copy
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cuda import copy
-from pycaffe_cli.layers.kernels.cuda.launch import launch
 from pycaffe_cli.layers.views import layer_axis
 
 

@@ -54,7 +54,7 @@ def set_mode_gpu(device_id=0):
         raise CaffeError(f"GPU {device_id} requested but this machine has {count} CUDA "
                          f"device{'s' if count != 1 else ''} (ids 0-{count - 1})")
     cuda.select_device(device_id)
-    from pycaffe_cli.layers.kernels.cuda import math
+    from pycaffe_cli.cuda import math
     math.use_device(device_id)
     _state["mode"] = Mode.GPU
     _state["device"] = device_id

@@ -198,7 +198,7 @@ class Blob:
     def zero_diff(self):
         """diff = 0: on the device in GPU mode, else on the host (Net::ClearParamDiffs)."""
         if backend.mode() is backend.Mode.GPU:
-            from pycaffe_cli.layers.kernels.cuda import memory
+            from pycaffe_cli.cuda import memory
             memory.fill(self.gpu_diff, 0)
         else:
             self.flat_diff[:] = 0
@@ -211,7 +211,7 @@ class Blob:
                                  f"{source.shape_string()} vs {self.shape_string()}")
             self.reshape(source.shape)
         if backend.mode() is backend.Mode.GPU and self._count:
-            from pycaffe_cli.layers.kernels.cuda import memory
+            from pycaffe_cli.cuda import memory
             if copy_diff:
                 memory.copy(source.gpu_diff, self.gpu_diff)
             else:
@@ -298,7 +298,7 @@ def _read_only(view):
 
 def gpu_math():
     """The CUDA math module (imported only when a blob is on the device)."""
-    from pycaffe_cli.layers.kernels.cuda import math
+    from pycaffe_cli.cuda import math
     return math
 
 

@@ -76,7 +76,7 @@ class SyncedMemory:
     # --- device ------------------------------------------------------------------------
     def device(self):
         """The device array, up to date (allocated and copied on first use)."""
-        from pycaffe_cli.layers.kernels.cuda import memory
+        from pycaffe_cli.cuda import memory
         if self.head is Head.UNINIT:
             self._device = memory.zeros(self.size)
             self.head = Head.AT_GPU
@@ -97,7 +97,7 @@ class SyncedMemory:
         """Start copying the host copy to the device on ``stream`` (a data batch prefetched
         into pinned memory); the caller synchronizes the stream before the device copy is
         read. Head becomes SYNCED."""
-        from pycaffe_cli.layers.kernels.cuda import memory
+        from pycaffe_cli.cuda import memory
         host = self.host()
         if self._device is None:
             self._device = memory.empty(self.size)

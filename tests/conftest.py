@@ -30,7 +30,7 @@ def pytest_configure(config):
     if numba_config.ENABLE_CUDASIM:
         # The simulator runs one Python thread per CUDA thread: two blocks of one warp each
         # make every grid-stride loop walk many elements and keep the tests quick.
-        from pycaffe_cli.layers.kernels.cuda import launch
+        from pycaffe_cli.cuda import launch
         launch.THREADS_PER_BLOCK = 32
         launch.MAX_BLOCKS = 2
         _make_simulated_shared_arrays_thread_safe()

@@ -52,7 +52,7 @@ def test_set_host_adopts_an_array_and_checks_it():
 
 
 def test_async_push_leaves_both_copies_valid(gpu_mode):
-    from pycaffe_cli.layers.kernels.cuda import memory as device_memory
+    from pycaffe_cli.cuda import memory as device_memory
     memory = SyncedMemory(4)
     memory.set_host(np.array([1, 2, 3, 4], np.float32))
     stream = device_memory.stream()

@@ -7,7 +7,7 @@ does (parse, upgrade the deprecated ``solver_type`` enum, complete the snapshot 
 """
 from pycaffe_cli.solvers.base import (Solver, register_solver, registered_solver_types,
                                       solver_class)
-from pycaffe_cli.solvers import adadelta, adagrad, adam, rmsprop, sgd  # noqa: F401 (register)
+from pycaffe_cli.solvers import adadelta, adam, adaptive, sgd  # noqa: F401 (register)
 from pycaffe_cli.solvers.state import upgrade_snapshot_prefix
 
 __all__ = ["Solver", "create_solver", "read_solver", "register_solver",

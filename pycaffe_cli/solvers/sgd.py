@@ -1,24 +1,55 @@
-"""Stochastic gradient descent with momentum, plain or Nesterov (Caffe's SGD/Nesterov)."""
+"""Stochastic gradient descent with momentum, plain or Nesterov (Caffe's SGD/Nesterov).
+
+    SGD:       h' = momentum * h + local_rate * g;  step = h'
+    Nesterov:  h' = momentum * h + local_rate * g;  step = (1 + momentum) * h' - momentum * h
+
+One per-element body (``sgd_at_py``) for the CPU driver and the CUDA kernel (see update.py).
+"""
 import numpy as np
+from numba import cuda, njit, prange
 
+from pycaffe_cli.cuda.device import device_function
 from pycaffe_cli.solvers.base import Solver, register_solver
+from pycaffe_cli.solvers.update import PARALLEL_MIN, ElementwiseRule
+
+_ONE = np.float32(1)
 
 
-def sgd_update(diff, history, local_rate, momentum, nesterov=False):
-    """One momentum step, in place on flat float32 arrays.
-
-    SGD:       h <- momentum * h + local_rate * g;  step = h
-    Nesterov:  h' <- momentum * h + local_rate * g;  step = (1 + momentum) * h' - momentum * h
-
-    ``diff`` holds the gradient g on entry and the step (subtracted from the weights) on exit.
-    """
-    previous = history.copy() if nesterov else None
-    history *= momentum
-    history += local_rate * diff
+def sgd_at_py(diff, history, local_rate, momentum, nesterov, i):
+    """history[i] = momentum * history[i] + local_rate * diff[i]; diff[i] = the step."""
+    previous = history[i]
+    updated = previous * momentum + local_rate * diff[i]
+    history[i] = updated
     if nesterov:
-        diff[:] = (np.float32(1) + momentum) * history - momentum * previous
+        diff[i] = (_ONE + momentum) * updated - momentum * previous
     else:
-        diff[:] = history
+        diff[i] = updated
+
+
+_sgd = njit(cache=True, inline="always")(sgd_at_py)
+_sgd_cuda = device_function(sgd_at_py)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def sgd_update(diff, history, local_rate, momentum, nesterov):
+    """One momentum step over flat float32 arrays: ``diff`` holds g on entry, the step on
+    exit (float32 scalars, bool ``nesterov``)."""
+    if diff.size < PARALLEL_MIN:
+        for i in range(diff.size):
+            _sgd(diff, history, local_rate, momentum, nesterov, i)
+    else:
+        for i in prange(diff.size):
+            _sgd(diff, history, local_rate, momentum, nesterov, i)
+
+
+@cuda.jit(cache=True)
+def _sgd_kernel(n, diff, history, local_rate, momentum, nesterov):
+    """h' = momentum * h + local_rate * g; diff = h', or (1 + momentum) h' - momentum h."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        _sgd_cuda(diff, history, local_rate, momentum, nesterov, i)
+
+
+SGD_RULE = ElementwiseRule(sgd_update, _sgd_kernel)
 
 
 @register_solver("SGD")
@@ -28,9 +59,9 @@ class SGDSolver(Solver):
     nesterov = False
 
     def compute_update_value(self, param_id, rate):
-        update = self.update_function(sgd_update)
-        update(self.diff_of(param_id), self.history_of(param_id), self.local_rate(param_id, rate),
-               np.float32(self.param.momentum), self.nesterov)
+        self.run_rule(SGD_RULE, self.diff_of(param_id), self.history_of(param_id),
+                      self.local_rate(param_id, rate), np.float32(self.param.momentum),
+                      self.nesterov)
 
 
 @register_solver("Nesterov")

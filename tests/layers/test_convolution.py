@@ -16,7 +16,6 @@ def conv(params, blobs="", name="conv"):
             f'bias_filler {{ type: "uniform" min: -1 max: 1 }} {params} }} {blobs}')
 
 
-
 def run_forward(text, shape, geometry, group, bias, seed=0):
     backend.set_random_seed(seed)
     x = np.random.default_rng(seed + 1).normal(size=shape)
@@ -148,7 +147,7 @@ def test_param_gradients_accumulate_and_frozen_params_are_skipped():
     assert np.abs(bottom[0].diff).sum() > 0
 
 
-def test_large_batches_run_in_blocks(monkeypatch):
+def test_large_batches_run_in_blocks(monkeypatch, engine):
     import pycaffe_cli.layers.base_convolution as base
     backend.set_random_seed(0)
     x = np.random.default_rng(7).normal(size=(5, 2, 5, 5))
@@ -157,7 +156,7 @@ def test_large_batches_run_in_blocks(monkeypatch):
     assert layer.blocks() == [(0, 2), (2, 2), (4, 1)]
     layer.forward(bottom, top)
     expected = convolve(x, layer.blobs[0].data, layer.blobs[1].data, (0, 0), (1, 1), (1, 1), 1)
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
     check_gradient(layer, bottom, top)
 
 
@@ -252,26 +251,15 @@ def compare_modes(text, x, seed=5):
     return compare_layer_modes(conv(text), [x], top_diffs=[dy], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D[::9])
-def test_gpu_matches_cpu(kernel, pad, stride, dilation, group, bias):
+# CASES_2D[::9] starts with a 1x1 window (the pure-GEMM path); CASES_2D[3] is a grouped one.
+@pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias",
+                         CASES_2D[::9] + [CASES_2D[3]])
+def test_cpu_and_gpu_agree(kernel, pad, stride, dilation, group, bias):
     text, _ = case_params(kernel, pad, stride, dilation, group, bias, 4)
     compare_modes(text, np.random.default_rng(3).normal(size=(2, 4, 5, 6)))
 
 
-def test_gpu_large_batches_run_in_blocks(monkeypatch, gpu_mode):
-    import pycaffe_cli.layers.base_convolution as base
-    backend.set_random_seed(0)
-    x = np.random.default_rng(7).normal(size=(5, 2, 5, 5))
-    monkeypatch.setattr(base, "COL_BUFFER_LIMIT", 2 * 18 * 9)   # two images per block
-    layer, bottom, top = set_up(conv("kernel_size: 3 num_output: 3 group: 1"), [x])
-    assert layer.blocks() == [(0, 2), (2, 2), (4, 1)]
-    layer.forward(bottom, top)
-    expected = convolve(x, layer.blobs[0].data, layer.blobs[1].data, (0, 0), (1, 1), (1, 1), 1)
-    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
-    check_gradient(layer, bottom, top)
-
-
-def test_gpu_gradient_with_groups_and_several_bottoms(gpu_mode):
+def test_gradient_with_groups_and_several_bottoms(engine):
     backend.set_random_seed(0)
     rng = np.random.default_rng(4)
     layer, bottom, top = set_up(conv("kernel_size: 3 pad: 1 stride: 2 group: 2 num_output: 4"),
@@ -280,7 +268,7 @@ def test_gpu_gradient_with_groups_and_several_bottoms(gpu_mode):
     check_gradient(layer, bottom, top)
 
 
-def test_gpu_nd_convolution_falls_back_to_the_cpu(gpu_mode, caplog, monkeypatch):
+def test_nd_windows_fall_back_to_the_cpu_in_gpu_mode(gpu_mode, caplog, monkeypatch):
     monkeypatch.setitem(backend._state, "logged", set())
     backend.set_random_seed(0)
     x = np.random.default_rng(1).normal(size=(2, 2, 3, 4, 3))

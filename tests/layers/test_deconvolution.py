@@ -15,7 +15,6 @@ def deconv(params, blobs="", kind="Deconvolution"):
             f'bias_filler {{ type: "uniform" min: -1 max: 1 }} {params} }} {blobs}')
 
 
-
 def output_size(size, kernel, pad, stride, dilation):
     return stride * (size - 1) + dilation * (kernel - 1) + 1 - 2 * pad
 
@@ -98,7 +97,7 @@ def test_large_batches_run_in_blocks(monkeypatch):
     layer.forward(bottom, top)
     expected = deconvolve(x, layer.blobs[0].data, layer.blobs[1].data, (0, 0), (2, 2), (1, 1),
                           1)
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
     check_gradient(layer, bottom, top)
 
 
@@ -131,8 +130,10 @@ def test_weight_shape_is_reversed():
 
 
 # --- GPU mode (the CUDA simulator in CI) ------------------------------------------------------
-@pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D[::9])
-def test_gpu_matches_cpu(kernel, pad, stride, dilation, group, bias):
+# CASES_2D[::9] starts with a 1x1 window (the pure-GEMM path); CASES_2D[3] is a grouped one.
+@pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias",
+                         CASES_2D[::9] + [CASES_2D[3]])
+def test_cpu_and_gpu_agree(kernel, pad, stride, dilation, group, bias):
     from tests.gpu_helpers import compare_layer_modes
     text, _ = case_params(kernel, pad, stride, dilation, group, bias, 6)
     x = np.random.default_rng(1).normal(size=(2, 4, 3, 4))
@@ -143,7 +144,7 @@ def test_gpu_matches_cpu(kernel, pad, stride, dilation, group, bias):
     compare_layer_modes(deconv(text), [x], top_diffs=[dy], rtol=1e-4, atol=1e-4)
 
 
-def test_gpu_gradient(gpu_mode):
+def test_gradient_with_groups(engine):
     backend.set_random_seed(0)
     x = np.random.default_rng(3).normal(size=(2, 4, 3, 3))
     layer, bottom, top = set_up(deconv("kernel_size: 3 stride: 2 pad: 1 group: 2 "

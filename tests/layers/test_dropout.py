@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from pycaffe_cli import backend
+from pycaffe_cli.cuda import launch
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.proto import caffe_pb2
-from pycaffe_cli.testing import check_gradient
-from pycaffe_cli.layers.kernels.cuda import launch
 from pycaffe_cli.synced_memory import Head
+from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up
 

@@ -55,7 +55,7 @@ def test_gpu_matches_cpu():
 
 
 def test_gpu_forward_leaves_device_data_in_place(gpu_mode):
-    from pycaffe_cli.layers.kernels.cuda import memory
+    from pycaffe_cli.cuda import memory
     layer, bottom, top = set_up(input_layer([(2, 3)]), [], 1)
     memory.fill(top[0].gpu_data, 5)
     layer.forward(bottom, top)

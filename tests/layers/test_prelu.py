@@ -6,9 +6,9 @@ import pytest
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import launch
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
-from pycaffe_cli.layers.kernels.cuda import launch
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import compare_layer_modes
 from tests.layer_helpers import blob_of, layer_param, set_up

@@ -304,7 +304,7 @@ def test_gpu_state_carries_over_like_cpu():
 
 
 def test_gpu_state_is_carried_on_the_device(gpu_mode):
-    from pycaffe_cli.layers.kernels.cuda import memory
+    from pycaffe_cli.cuda import memory
     from pycaffe_cli.synced_memory import Head
     layer, bottom, top = set_up(rnn(), list(data(24)))
     final = layer.recurrent_outputs[0]

@@ -12,8 +12,8 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.solvers import create_solver
 from tests.solvers.helpers import LogCapture, dot_net, set_input, solver_param, weights
 
-# Every rule runs in CPU mode and in GPU mode (solvers/cuda_updates.py; the test layer
-# itself falls back to the CPU, so each step also exercises the host <-> device syncing).
+# Every rule runs in CPU mode and in GPU mode (its CUDA kernel, e.g. sgd._sgd_kernel; the test
+# layer itself falls back to the CPU, so each step also exercises the host <-> device syncing).
 pytestmark = pytest.mark.usefixtures("engine")
 
 G = [1.0, -2.0, 0.5]

@@ -23,8 +23,8 @@ with mdy = mean(dy) and mdyy = mean(dy * y) per channel (from ``dot_means``).
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda import launch as launching
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda import launch as launching
+from pycaffe_cli.cuda.launch import launch
 
 REDUCE_THREADS = 256  # shared-memory size of the block fold; a power of two
 WARP = launching.WARP

@@ -15,15 +15,15 @@ One thread per OUTPUT element, in both directions, so neither kernel needs atomi
   ascending -- the CPU kernel's row order -- so the float32 sums are the CPU's, bit for bit.
 
 The per-element bodies are plain Python functions (``*_at_py``) compiled here with
-``device_function`` (``cuda/device.py``, for its ``min``/``max`` workaround). The CPU kernels
-do not share them: theirs are shaped for vectorised copy loops (one thread per image plane,
+``device_function`` (pycaffe_cli/cuda/device.py, for its ``min``/``max`` workaround). The CPU
+kernels do not share them: theirs are shaped for vectorised copy loops (one thread per image plane,
 unsigned indexing; see ``kernels/cpu/im2col.py``).
 """
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda.device import device_function
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda.device import device_function
+from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.kernels.geometry import conv_out_size_py
 
 _conv_out_size = device_function(conv_out_size_py)

@@ -6,7 +6,7 @@ element, so each kernel is a plain copy (the bias add rides along on the way out
 """
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda.launch import launch
 
 
 @cuda.jit(cache=True)

@@ -10,8 +10,8 @@ and its backward, dx = (dy - sum_c dy_c y_c) * y, as a per-position dot then a p
 kernel. Both work in place (``out`` may be ``x``, ``dx`` may be ``dy``).
 
 Loss reductions: ``sum_into`` adds per-element loss terms (or their squares) in float64 and
-writes ``sum / divisor`` into a loss top on the device (math.py's reduction tree: the same
-sum on every run, nothing comes to the host).
+writes ``sum / divisor`` into a loss top on the device (pycaffe_cli/cuda/math.py's reduction
+tree: the same sum on every run, nothing comes to the host).
 
 ``label_counts`` is the one reduction whose result does come to the host: the number of
 labels that count (the VALID normaliser, which Caffe syncs too) and the number out of range,
@@ -22,8 +22,8 @@ import math
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda import math as gpu_math
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda import math as gpu_math
+from pycaffe_cli.cuda.launch import launch
 
 
 # --- softmax ------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from numba import cuda
 
 from pycaffe_cli.layers.kernels.cuda import pooling
 
-from pycaffe_cli.layers.kernels.cuda.device import device_function
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda.device import device_function
+from pycaffe_cli.cuda.launch import launch
 
 
 def lrn_across_forward_at_py(bottom, scale, top, size, alpha_over_size, k, beta, n, i):

@@ -24,8 +24,8 @@ from pycaffe_cli.layers.kernels.cpu.pooling import (FLT_MAX, sto_pool_grad_at_py
                                                     sto_pool_test_at_py,
                                                     sto_pool_test_grad_at_py,
                                                     sto_pool_train_at_py, window_range_py)
-from pycaffe_cli.layers.kernels.cuda.device import device_function
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda.device import device_function
+from pycaffe_cli.cuda.launch import launch
 
 
 # --- per-element bodies (plain Python: numba compiles them for either target) --------------

@@ -1,7 +1,7 @@
 """PTX signatures of the CUDA math and memory kernels: see compile_ptx_checks.py."""
 from numba import types
 
-from pycaffe_cli.layers.kernels.cuda import math, memory
+from pycaffe_cli.cuda import math, memory
 
 i64, i32, f32, f64, boolean = types.int64, types.int32, types.float32, types.float64, types.b1
 flat = types.Array(f32, 1, "C")

@@ -2,8 +2,8 @@
 Bias/Scale, ArgMax): see compile_ptx_checks.py."""
 from numba import types
 
+from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers import argmax, bias, eltwise, reduction, tile
-from pycaffe_cli.layers.kernels.cuda import copy
 
 i64, f32, f64, boolean = types.int64, types.float32, types.float64, types.b1
 flat = types.Array(f32, 1, "A")

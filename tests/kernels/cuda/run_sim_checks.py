@@ -21,12 +21,12 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
 import numpy as np  # noqa: E402
 from numba import config, cuda  # noqa: E402
 
+from pycaffe_cli.cuda import launch  # noqa: E402
 from pycaffe_cli.layers.kernels import geometry  # noqa: E402
 from pycaffe_cli.layers.kernels.cpu import im2col as cpu_im2col  # noqa: E402
 from pycaffe_cli.layers.kernels.cpu import lrn as cpu_lrn  # noqa: E402
 from pycaffe_cli.layers.kernels.cpu import pooling as cpu_pool  # noqa: E402
 from pycaffe_cli.layers.kernels.cuda import im2col as gpu_im2col  # noqa: E402
-from pycaffe_cli.layers.kernels.cuda import launch  # noqa: E402
 from pycaffe_cli.layers.kernels.cuda import lrn as gpu_lrn  # noqa: E402
 from pycaffe_cli.layers.kernels.cuda import pooling as gpu_pool  # noqa: E402
 

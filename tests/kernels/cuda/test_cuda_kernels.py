@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from pycaffe_cli.layers.kernels.cuda import launch
+from pycaffe_cli.cuda import launch
 
 SCRIPT = pathlib.Path(__file__).with_name("run_sim_checks.py")
 PTX_SCRIPT = pathlib.Path(__file__).with_name("compile_ptx_checks.py")

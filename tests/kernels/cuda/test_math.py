@@ -1,12 +1,12 @@
-"""The CUDA math functions (layers/kernels/cuda/math.py) against numpy, in the simulator
+"""The CUDA math functions (pycaffe_cli/cuda/math.py) against numpy, in the simulator
 (or on a real device), plus the cuBLAS argument mapping against a numpy stand-in for CuPy."""
 import itertools
 
 import numpy as np
 import pytest
 
-from pycaffe_cli.layers.kernels.cuda import math as gpu_math
-from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.cuda import math as gpu_math
+from pycaffe_cli.cuda import memory
 
 pytestmark = pytest.mark.usefixtures("gpu_mode")
 RNG = np.random.default_rng(11)

@@ -7,7 +7,7 @@ ever *views* these arrays (through the CUDA array interface) to hand them to cuB
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda.launch import launch
 
 
 @cuda.jit(cache=True)

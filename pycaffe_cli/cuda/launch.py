@@ -1,7 +1,7 @@
 """Launch sizing for grid-stride CUDA kernels (Caffe's CAFFE_GET_BLOCKS / CUDA_KERNEL_LOOP).
 
-Every kernel in this package takes the number of work items ``n`` as its first argument and
-walks them with a grid-stride loop::
+Every grid-stride kernel in pycaffe takes the number of work items ``n`` as its first argument
+and walks them with a grid-stride loop::
 
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
         body(..., index)

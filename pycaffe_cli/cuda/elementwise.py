@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda
 
 from pycaffe_cli.blob import Blob
-from pycaffe_cli.layers.kernels.cuda import memory
+from pycaffe_cli.cuda import memory
 
 
 class DeviceCopy:

@@ -16,9 +16,9 @@ import functools
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli import backend
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.launch import launch
+from pycaffe_cli.log import LOG
 
 
 # --- GEMM ---------------------------------------------------------------------------------
@@ -43,10 +43,15 @@ def cupy_blas():
     is logged once)."""
     cupy = _import_cupy()
     if cupy is None:
-        backend.log_once("no-cupy", "CuPy is not installed (or cannot run here): GEMMs run on "
-                         "pycaffe's own CUDA kernel, much slower than cuBLAS; pip install "
-                         "'pycaffe[gpu]' to use cuBLAS")
+        _log_fallback()
     return cupy
+
+
+@functools.cache
+def _log_fallback():
+    """The cuBLAS fallback notice, once per process."""
+    LOG.warning("CuPy is not installed (or cannot run here): GEMMs run on pycaffe's own CUDA "
+                "kernel, much slower than cuBLAS; pip install 'pycaffe[gpu]' to use cuBLAS")
 
 
 def use_device(device_id):
@@ -278,7 +283,6 @@ def reduce_into(n, op, x, y, divisor, out):
     """out[0] = (the float64 sum of term(x, y) over n items) / divisor, as float32, written
     on the device (a loss top's flat view, say); nothing comes to the host."""
     if n == 0:
-        from pycaffe_cli.layers.kernels.cuda import memory
         memory.fill(out, 0)
         return
     sizes = level_sizes(n)

@@ -21,8 +21,8 @@ Indices are float32 device arrays (Caffe keeps them in blobs), truncated toward 
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cuda import memory
-from pycaffe_cli.layers.kernels.cuda.launch import launch
+from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda.launch import launch
 
 
 # --- strided blocks -----------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""Snapshots and restore (Caffe's Solver::Snapshot / Restore and SGDSolver's state I/O).
+
+``SnapshotMixin`` is one of the three parts of ``base.Solver``; it reads the attributes the
+Solver declares (``param``, ``iter``, ``net``, ``test_nets``, ``current_step``, ``history``,
+``type``) and writes ``iter``, ``current_step`` and the history blobs on restore. The file
+formats, the write order and the checks live in state.py and sidecar.py.
+"""
+from pycaffe_cli import net_weights
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.log import LOG
+from pycaffe_cli.solvers import state as state_io
+
+
+class SnapshotMixin:
+    """snapshot_filename, snapshot and restore of a Solver."""
+
+    def snapshot_filename(self, extension):
+        return state_io.snapshot_filename(self.param.snapshot_prefix, self.iter, extension)
+
+    def snapshot(self):
+        """Write the weights, the exact-resume sidecar and the solver state, in that order."""
+        return state_io.write_snapshot(self.param, self.iter, self.net, self.test_nets,
+                                       self.current_step, self.history)
+
+    def restore(self, path):
+        """Load a .solverstate(.h5): iter, weights (learned_net), current_step, history."""
+        saved = state_io.read_solver_state(path)
+        self.iter = saved.iter
+        if saved.learned_net:
+            net_weights.copy_trained_layers_from(
+                self.net, state_io.locate_learned_net(saved.learned_net, path))
+        self.current_step = saved.current_step
+        if len(saved.history) != len(self.history):
+            raise CaffeError(f"{path}: Incorrect length of history blobs: the file has "
+                             f"{len(saved.history)}, a {self.type} solver for this net keeps "
+                             f"{len(self.history)}")
+        if not saved.is_hdf5:
+            LOG.info("SGDSolver: restoring history")
+        for i, (blob, array) in enumerate(zip(self.history, saved.history)):
+            if array.size != blob.count():
+                raise CaffeError(f"{path}: history blob {i} has {array.size} values, the "
+                                 f"param it belongs to has {blob.count()}")
+            blob.reshape(array.shape)
+            blob.data[...] = array
+        state_io.read_resume_sidecar(path, self.net, self.test_nets)
