@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed-stamp
 # pycaffe's device flag for the demo: empty (CPU) or --gpu N (make demo DEVICE="--gpu 1").
 DEVICE =
 
-.PHONY: setup setup-gpu demo demo-gpu demo-mlp test test-fast test-gpu proto bench clean
+.PHONY: setup setup-gpu demo demo-gpu demo-mlp test test-fast test-gpu test-gpu-skips proto bench \
+	clean
 
 setup: $(STAMP)
 
@@ -46,6 +47,12 @@ test-fast: setup
 # The suite on a real NVIDIA GPU instead of numba's CUDA simulator (adds the gpu extra first).
 test-gpu: setup-gpu
 	NUMBA_ENABLE_CUDASIM=0 $(BIN)/python -m pytest -q
+
+# Without the CUDA simulator and without a device, every GPU test skips with its reason and every
+# CPU test still runs: tests/check_gpu_skips.py re-runs the whole suite that way in a child pytest
+# (so it is not part of `make test`; pytest collects it only when it is named).
+test-gpu-skips: setup
+	$(BIN)/python -m pytest -q tests/check_gpu_skips.py
 
 # The gpu extra (numba-cuda, CuPy) in the same virtual environment.
 setup-gpu: setup

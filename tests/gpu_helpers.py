@@ -103,3 +103,13 @@ def compare_layer_modes(text, bottoms, num_tops=1, top_diffs=None, propagate_dow
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
                                        err_msg=f"gradient {index}")
     return cpu_out, gpu_out, cpu_grads, gpu_grads
+
+
+def engine_cases(cpu, gpu, unpack=False):
+    """Parameter sets for a test that runs on both engines with cases of its own on each (the
+    simulator is slow: the GPU case is often one smaller input), for
+    ``@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3)]),
+    indirect=["engine"])``. With ``unpack`` each case is a tuple of the values of several
+    argument names."""
+    return [pytest.param(engine, *(case if unpack else (case,)))
+            for engine, cases in (("cpu", cpu), ("gpu", gpu)) for case in cases]

@@ -5,7 +5,7 @@ import pytest
 
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -37,8 +37,8 @@ def test_forward_is_stable_for_large_inputs():
     assert top[0].data[-1] == np.float32(1e30)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_gradient(shape):
+@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)]), indirect=["engine"])
+def test_gradient(engine, shape):
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(BNLL, [x])
     check_gradient(layer, bottom, top, threshold=1e-3)
@@ -55,10 +55,11 @@ def test_backward_values_and_threshold():
     assert np.all(np.isfinite(bottom[0].diff))
 
 
-def test_in_place_matches_out_of_place():
+def test_in_place_matches_out_of_place(engine):
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([BNLL], x, dy)
+    assert_in_place_matches([BNLL, SHIFT_DOWN], x, dy)
 
 
 def test_v1_name():
@@ -77,15 +78,3 @@ def test_gpu_large_inputs_and_threshold():
     x = np.array([-200.0, -60.0, -1e-3, 0.0, 1e-3, 49.0, 60.0, 200.0, 1e30])
     _, gpu, _, grads = compare_layer_modes(BNLL, [x], top_diffs=[np.full(x.shape, 2.0)])
     assert gpu[0][-1] == np.float32(1e30) and np.all(np.isfinite(grads[0]))
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(BNLL, [np.random.default_rng(1).normal(size=(2, 3, 4))])
-    check_gradient(layer, bottom, top, threshold=1e-3)
-
-
-def test_gpu_in_place(gpu_mode):
-    rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    assert_in_place_matches([BNLL], x, dy)
-    assert_in_place_matches([BNLL, SHIFT_DOWN], x, dy)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -41,9 +41,10 @@ def test_default_alpha_is_one():
     np.testing.assert_allclose(top[0].data, [np.expm1(-1.0), 2.0], rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("alpha", ALPHAS)
-def test_gradient(shape, alpha):
+@pytest.mark.parametrize("engine, shape, alpha", engine_cases(
+    [(shape, alpha) for alpha in ALPHAS for shape in SHAPES],
+    [((2, 3, 4), alpha) for alpha in (0.5, 2.0)], unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, alpha):
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(elu(alpha), [x])
     check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01)
@@ -57,11 +58,13 @@ def test_backward_at_zero_uses_negative_branch():
     np.testing.assert_array_equal(bottom[0].diff, [1.0, 2.0])  # 2 * (alpha + y(0) = 0.5)
 
 
-@pytest.mark.parametrize("alpha", [0.5, 1.0, -0.7])
-def test_in_place_matches_out_of_place(alpha):
+@pytest.mark.parametrize("engine, alpha", engine_cases([0.5, 1.0, -0.7], [0.5, -0.7]),
+                         indirect=["engine"])
+def test_in_place_matches_out_of_place(engine, alpha):
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([elu(alpha)], x, dy)
+    assert_in_place_matches([elu(alpha), SHIFT_DOWN], x, dy)
 
 
 def test_in_place_followed_by_in_place_layer():
@@ -79,17 +82,3 @@ def test_gpu_matches_cpu(shape, alpha):
     x = rng.normal(size=shape)
     x.flat[0] = 0.0
     compare_layer_modes(elu(alpha), [x], top_diffs=[rng.normal(size=shape)])
-
-
-@pytest.mark.parametrize("alpha", [0.5, 2.0])
-def test_gpu_gradient(gpu_mode, alpha):
-    layer, bottom, top = set_up(elu(alpha), [np.random.default_rng(1).normal(size=(2, 3, 4))])
-    check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01)
-
-
-@pytest.mark.parametrize("alpha", [0.5, -0.7])
-def test_gpu_in_place(gpu_mode, alpha):
-    rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    assert_in_place_matches([elu(alpha)], x, dy)
-    assert_in_place_matches([elu(alpha), SHIFT_DOWN], x, dy)

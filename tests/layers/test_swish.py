@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -37,9 +37,10 @@ def test_default_beta_is_one():
     np.testing.assert_allclose(top[0].data, reference(x, 1.0), rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("beta", BETAS)
-def test_gradient(shape, beta):
+@pytest.mark.parametrize("engine, shape, beta", engine_cases(
+    [(shape, beta) for beta in BETAS for shape in SHAPES],
+    [((2, 3, 4), beta) for beta in (1.0, 2.0)], unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, beta):
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(swish(beta), [x])
     check_gradient(layer, bottom, top, threshold=1e-3)
@@ -57,10 +58,11 @@ def test_backward_against_the_derivative(beta):
                                atol=1e-7)
 
 
-def test_in_place_matches_out_of_place():
+def test_in_place_matches_out_of_place(engine):
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([swish(2.0)], x, dy)
+    assert_in_place_matches([swish(2.0), SHIFT_DOWN], x, dy)
 
 
 def test_in_place_followed_by_in_place_layer():
@@ -82,16 +84,3 @@ def test_gpu_matches_cpu(shape, beta):
 def test_gpu_large_inputs():
     x = np.array([-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4])
     compare_layer_modes(swish(2.0), [x], top_diffs=[np.full(x.shape, 1.5)])
-
-
-@pytest.mark.parametrize("beta", [1.0, 2.0])
-def test_gpu_gradient(gpu_mode, beta):
-    layer, bottom, top = set_up(swish(beta), [np.random.default_rng(1).normal(size=(2, 3, 4))])
-    check_gradient(layer, bottom, top, threshold=1e-3)
-
-
-def test_gpu_in_place(gpu_mode):
-    rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    assert_in_place_matches([swish(2.0)], x, dy)
-    assert_in_place_matches([swish(2.0), SHIFT_DOWN], x, dy)

@@ -1,7 +1,10 @@
 """Without the CUDA simulator and without a device, every GPU test skips with its reason and
 every CPU test still runs (what a user's ``NUMBA_ENABLE_CUDASIM=0 make test`` does on a
 machine with no GPU). The rest of the suite runs in a child pytest with the simulator off and
-every device hidden (CUDA_VISIBLE_DEVICES empty), so a real GPU here would not be used."""
+every device hidden (CUDA_VISIBLE_DEVICES empty), so a real GPU here would not be used.
+
+It re-runs the whole suite, so it is not part of ``make test``: its name does not match pytest's
+``test_*.py`` and it runs only when named, as ``make test-gpu-skips`` does."""
 import os
 import pathlib
 import re
