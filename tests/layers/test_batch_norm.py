@@ -8,6 +8,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import blob_of, empty_blobs, layer_param, set_up
 
 SHAPES = [(4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 2, 2, 3, 2)]
@@ -165,16 +166,24 @@ def test_wrong_given_blobs_name_the_layer():
         set_up(batch_norm("", stat_blobs_text([1, 2], [1, 2], 1)), [data((2, 3))])
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_gradient_with_batch_statistics(shape):
-    layer, bottom, top = set_up(batch_norm(), [data(shape)])
+# The GPU cases: one small input, with given stat blobs (the simulator is slow).
+GPU_GRADIENT = [((3, 2, 2), [0.5, -1], [2, 3])]
+
+
+@pytest.mark.parametrize("engine, shape, given_stats", engine_cases(
+    [(shape, None) for shape in SHAPES], [case[:1] + (case[1:],) for case in GPU_GRADIENT],
+    unpack=True), indirect=["engine"])
+def test_gradient_with_batch_statistics(engine, quick_barriers, shape, given_stats):
+    stats = "" if given_stats is None else stat_blobs_text(*given_stats, 1.5)
+    layer, bottom, top = set_up(batch_norm("", stats), [data(shape)])
     check_gradient(layer, bottom, top, check_params=False)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_gradient_with_global_statistics(shape):
-    channels = shape[1]
-    stats = stat_blobs_text(np.linspace(-1, 1, channels), np.linspace(0.5, 2, channels), 1.5)
+@pytest.mark.parametrize("engine, shape, mean, var", engine_cases(
+    [(shape, np.linspace(-1, 1, shape[1]), np.linspace(0.5, 2, shape[1])) for shape in SHAPES],
+    GPU_GRADIENT, unpack=True), indirect=["engine"])
+def test_gradient_with_global_statistics(engine, quick_barriers, shape, mean, var):
+    stats = stat_blobs_text(mean, var, 1.5)
     layer, bottom, top = set_up(batch_norm("", stats), [data(shape)], phase=caffe_pb2.TEST)
     check_gradient(layer, bottom, top, check_params=False)
 
@@ -248,8 +257,8 @@ def run_modes(text, x, dy, phase, in_place=False, forwards=1):
             layer.backward([top], [True], [bottom])
         finally:
             backend.set_mode_cpu()
-        results.append((y, bottom.read_diff().copy(), [b.read_data().copy() for b in
-                                                        layer.blobs], head))
+        blobs = [b.read_data().copy() for b in layer.blobs]
+        results.append((y, bottom.read_diff().copy(), blobs, head))
     return results
 
 
@@ -313,10 +322,3 @@ def test_gpu_more_channels_than_blocks(quick_barriers):
     from tests.gpu_helpers import compare_layer_modes
     x, dy = data((2, 5, 3)), data((2, 5, 3), 1)
     compare_layer_modes(batch_norm(), [x], top_diffs=[dy], phase=caffe_pb2.TRAIN, atol=1e-5)
-
-
-@pytest.mark.parametrize("phase", [caffe_pb2.TRAIN, caffe_pb2.TEST])
-def test_gpu_gradient(quick_barriers, gpu_mode, phase):
-    stats = stat_blobs_text([0.5, -1], [2, 3], 1.5)
-    layer, bottom, top = set_up(batch_norm("", stats), [data((3, 2, 2))], phase=phase)
-    check_gradient(layer, bottom, top, check_params=False)

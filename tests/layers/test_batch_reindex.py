@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import set_up
 
 REINDEX = 'name: "reindex" type: "BatchReindex"'
@@ -41,8 +41,10 @@ def test_backward_accumulates(shape, index, engine):
     np.testing.assert_allclose(bottom[0].diff, expected, rtol=1e-6, atol=1e-7)
 
 
-def test_gradient():
+def test_gradient(engine):
     layer, bottom, top = set_up(REINDEX, [data((4, 3)), np.array([3, 0, 3, 1, 3])])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
@@ -54,9 +56,10 @@ def test_no_gradient_to_the_indices():
         layer.backward(top, [True, True], bottom)
 
 
-@pytest.mark.parametrize("index, message", [([0, -1], "negative"),
-                                            ([0, 3], "greater than batch size")])
-def test_bad_indices_name_the_layer(index, message):
+@pytest.mark.parametrize("engine, index, message", engine_cases(
+    [([0, -1], "negative"), ([0, 3], "greater than batch size")],
+    [([0, 3], "greater than batch size")], unpack=True), indirect=["engine"])
+def test_bad_indices_name_the_layer(engine, index, message):
     layer, bottom, top = set_up(REINDEX, [data((3, 2)), np.array(index)])
     with pytest.raises(CaffeError, match=f'"reindex".*{message}'):
         layer.forward(bottom, top)
@@ -79,15 +82,3 @@ def test_gpu_truncates_fractional_indices():
     x, index = data((3, 2)), np.array([2.7, 0.2, 1.9, 2.1], np.float32)
     compare_layer_modes(REINDEX, [x, index], top_diffs=[data((4, 2), seed=1)],
                         propagate_down=[True, False])
-
-
-def test_gpu_bad_index_names_the_layer(gpu_mode):
-    layer, bottom, top = set_up(REINDEX, [data((3, 2)), np.array([0, 3])])
-    with pytest.raises(CaffeError, match='"reindex".*greater than batch size'):
-        layer.forward(bottom, top)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(REINDEX, [data((4, 3)), np.array([3, 0, 3, 1, 3])])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top, check_bottom=[0])

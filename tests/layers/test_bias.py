@@ -7,7 +7,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.synced_memory import Head
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
 
 SHAPE = (2, 3, 4, 5)
@@ -15,8 +15,6 @@ SHAPE = (2, 3, 4, 5)
 
 def bias(params=""):
     return f'name: "bias" type: "Bias" bias_param {{ {params} }}'
-
-
 
 
 LEARNABLE = [  # params, expected blob shape, axis the blob starts at
@@ -68,35 +66,43 @@ def test_bottom_form_forward(params, bias_shape, axis):
     np.testing.assert_allclose(top[0].data, x + broadcast(b, x.ndim, axis), rtol=1e-6)
 
 
-@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
-def test_learnable_gradient(params, blob_shape, axis):
+@pytest.mark.parametrize("engine, params, blob_shape, axis",
+                         engine_cases(LEARNABLE, LEARNABLE[:1], unpack=True),
+                         indirect=["engine"])
+def test_learnable_gradient(engine, params, blob_shape, axis):
     backend.set_random_seed(0)
     layer, bottom, top = set_up(bias(FILLED + params), [uniform_data(SHAPE)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
-@pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
-def test_bottom_form_gradient(params, bias_shape, axis):
+@pytest.mark.parametrize("engine, params, bias_shape, axis",
+                         engine_cases(BOTTOM_FORM, BOTTOM_FORM[:1], unpack=True),
+                         indirect=["engine"])
+def test_bottom_form_gradient(engine, params, bias_shape, axis):
     bottoms = [uniform_data(SHAPE), uniform_data(bias_shape, seed=1)]
     layer, bottom, top = set_up(bias(params), bottoms)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
-def test_param_gradient_accumulates_bottom_gradient_overwrites():
+def test_param_gradient_accumulates_bottom_gradient_overwrites(engine):
     layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2))])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.blobs[0].diff[...] = 10
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].diff, 14)
-    np.testing.assert_allclose(bottom[0].diff, 1)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), 14)
+    np.testing.assert_allclose(bottom[0].read_diff(), 1)
 
     layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2)), uniform_data((3,))])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     bottom[1].diff[...] = 10
     layer.backward(top, [False, True], bottom)
-    np.testing.assert_allclose(bottom[1].diff, 4)
+    np.testing.assert_allclose(bottom[1].read_diff(), 4)
 
 
 def test_in_place():
@@ -184,21 +190,3 @@ def test_gpu_bottom_form_matches_cpu(params, bias_shape, axis):
 def test_gpu_in_place(params, bottoms):
     xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
     compare_in_place(bias(params), xs, uniform_data(SHAPE, seed=5))
-
-
-def test_gpu_param_gradient_accumulates(gpu_mode):
-    layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2))])
-    layer.forward(bottom, top)
-    top[0].diff[...] = 1
-    layer.blobs[0].diff[...] = 10
-    layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), 14)
-
-
-@pytest.mark.parametrize("bottoms", [[SHAPE], [SHAPE, (3,)]])
-def test_gpu_gradient(bottoms, gpu_mode):
-    backend.set_random_seed(0)
-    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
-    layer, bottom, top = set_up(bias(FILLED), xs)
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

@@ -6,7 +6,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -42,27 +42,29 @@ def test_min_above_max_gives_min_as_caffe():
     np.testing.assert_array_equal(top[0].data, [1.0, 1.0, 1.0])
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("lo, hi", RANGES[:3])
-def test_gradient(shape, lo, hi):
+@pytest.mark.parametrize("engine, shape, lo, hi", engine_cases(
+    [(shape, lo, hi) for lo, hi in RANGES[:3] for shape in SHAPES],
+    [((2, 3, 4), -0.5, 0.5)], unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, lo, hi):
     layer, bottom, top = set_up(clip(lo, hi), [inputs(shape, lo, hi, 1)])
     # inputs() keeps clear of max; the checker skips anything within reach of min
     check_gradient(layer, bottom, top, threshold=1e-3, kink=lo, kink_range=0.02)
 
 
-def test_gradient_passes_at_both_bounds():
+def test_gradient_passes_at_both_bounds(engine):
     layer, bottom, top = set_up(clip(-1, 2), [np.array([-1.5, -1.0, 0.0, 2.0, 2.5])])
     layer.forward(bottom, top)
     top[0].diff[...] = [1, 2, 3, 4, 5]
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].diff, [0, 2, 3, 4, 0])
+    np.testing.assert_array_equal(bottom[0].read_diff(), [0, 2, 3, 4, 0])
 
 
-def test_in_place_matches_out_of_place():
+def test_in_place_matches_out_of_place(engine):
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     results = assert_in_place_matches([clip(-0.5, 0.5)], x, dy)
     assert np.any(results[1][1] == 0)  # clipped inputs get no gradient, in place too
+    assert_in_place_matches([clip(-0.5, 0.5), SHIFT_DOWN], x, dy)
 
 
 @pytest.mark.parametrize("text, missing", [
@@ -82,24 +84,3 @@ def test_gpu_matches_cpu(lo, hi):
     x.flat[:3] = [lo, hi, np.nan]
     dy = np.random.default_rng(5).normal(size=x.shape)
     compare_layer_modes(clip(lo, hi), [x], top_diffs=[dy], rtol=0, atol=0)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(clip(-0.5, 0.5), [inputs((2, 3, 4), -0.5, 0.5, 1)])
-    check_gradient(layer, bottom, top, threshold=1e-3, kink=-0.5, kink_range=0.02)
-
-
-def test_gpu_gradient_passes_at_both_bounds(gpu_mode):
-    layer, bottom, top = set_up(clip(-1, 2), [np.array([-1.5, -1.0, 0.0, 2.0, 2.5])])
-    layer.forward(bottom, top)
-    top[0].diff[...] = [1, 2, 3, 4, 5]
-    layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].read_diff(), [0, 2, 3, 4, 0])
-
-
-def test_gpu_in_place(gpu_mode):
-    rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    results = assert_in_place_matches([clip(-0.5, 0.5)], x, dy)
-    assert np.any(results[1][1] == 0)
-    assert_in_place_matches([clip(-0.5, 0.5), SHIFT_DOWN], x, dy)

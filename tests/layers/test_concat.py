@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -57,10 +57,14 @@ def test_backward(params, axis, sizes, engine):
         np.testing.assert_array_equal(blob.diff, part if d else -7)
 
 
-@pytest.mark.parametrize("params, axis, sizes", [CASES[0], CASES[1], CASES[3]])
-def test_gradient(params, axis, sizes):
-    xs = inputs(axis, sizes, base=(2, 3, 2, 3))
+@pytest.mark.parametrize("engine, params, axis, sizes, base", engine_cases(
+    [case + ((2, 3, 2, 3),) for case in (CASES[0], CASES[1], CASES[3])],
+    [("axis: 1", 1, (2, 1), (2, 3, 2))], unpack=True), indirect=["engine"])
+def test_gradient(engine, params, axis, sizes, base):
+    xs = inputs(axis, sizes, base=base)
     layer, bottom, top = set_up(concat(params), xs)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -119,9 +123,3 @@ def test_gpu_single_bottom_shares():
     x = inputs(1, (3,), base=(2, 3, 2))
     dy = np.random.default_rng(6).normal(size=x[0].shape)
     compare_layer_modes(concat(), x, top_diffs=[dy], check_device_tops=False)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(concat("axis: 1"), inputs(1, (2, 1), base=(2, 3, 2)))
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

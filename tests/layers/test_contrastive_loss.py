@@ -5,6 +5,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -109,10 +110,11 @@ def test_any_nonzero_integer_label_means_similar(engine):
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("num, channels, four_d", CASES)
-@pytest.mark.parametrize("legacy", [False, True])
-def test_gradient(num, channels, four_d, legacy):
-    a, b, y = pairs(num, channels, 3, 1.0, legacy, four_d)
+@pytest.mark.parametrize("engine, num, channels, four_d, legacy, seed", engine_cases(
+    [case + (legacy, 3) for legacy in (False, True) for case in CASES],
+    [(4, 3, False, legacy, 6) for legacy in (False, True)], unpack=True), indirect=["engine"])
+def test_gradient(engine, num, channels, four_d, legacy, seed):
+    a, b, y = pairs(num, channels, seed, 1.0, legacy, four_d)
     layer, bottom, top = set_up(contrastive(legacy=str(legacy).lower(), extra="loss_weight: 2"),
                                 [a, b, y])
     check_gradient(layer, bottom, top, check_bottom=[0, 1])
@@ -153,11 +155,3 @@ def test_gpu_matches_cpu(num, channels, four_d, legacy, down):
     a, b, y = pairs(num, channels, 5, 2.0, legacy, four_d)
     compare_layer_modes(contrastive(2.0, str(legacy).lower(), "loss_weight: 0"), [a, b, y],
                         top_diffs=[np.float32(1.5)], propagate_down=down)
-
-
-@pytest.mark.parametrize("legacy", [False, True])
-def test_gpu_gradient(gpu_mode, legacy):
-    a, b, y = pairs(4, 3, 6, 1.0, legacy)
-    layer, bottom, top = set_up(contrastive(legacy=str(legacy).lower(), extra="loss_weight: 2"),
-                                [a, b, y])
-    check_gradient(layer, bottom, top, check_bottom=[0, 1])

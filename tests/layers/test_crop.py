@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import set_up
 
 SOURCE = (2, 4, 5, 6)
@@ -53,8 +53,13 @@ def test_backward_pads_zeros(params, reference, where, engine):
     np.testing.assert_array_equal(bottom[0].diff, expected)
 
 
-def test_gradient():
-    layer, bottom, top = set_up(crop("offset: 1"), [data((2, 2, 4, 4)), np.zeros((1, 1, 2, 3))])
+@pytest.mark.parametrize("engine, params, shape", engine_cases(
+    [("offset: 1", (2, 2, 4, 4))], [("axis: 1 offset: 1", (2, 3, 4, 4))], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, params, shape):
+    layer, bottom, top = set_up(crop(params), [data(shape), np.zeros((1, 1, 2, 3))])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
@@ -89,10 +94,3 @@ def test_gpu_matches_cpu(params, reference, where):
     dy = data(x[where].shape, seed=1)
     compare_layer_modes(crop(params), [x, np.zeros(reference)], top_diffs=[dy],
                         propagate_down=[True, False])
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(crop("axis: 1 offset: 1"),
-                                [data((2, 3, 4, 4)), np.zeros((1, 1, 2, 3))])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -10,7 +10,7 @@ from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.synced_memory import Head
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 
@@ -75,9 +75,10 @@ def test_without_scale_train_train_phase_only_masks():
     check_gradient(layer, bottom, top)
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (50,)])
-@pytest.mark.parametrize("ratio", [0.3, 0.5])
-def test_gradient(shape, ratio):
+@pytest.mark.parametrize("engine, shape, ratio", engine_cases(
+    [(shape, ratio) for ratio in (0.3, 0.5) for shape in [(2, 3, 4, 5), (50,)]],
+    [((2, 3, 4, 5), ratio) for ratio in (0.3, 0.5)], unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, ratio):
     x = np.random.default_rng(2).normal(size=shape)
     layer, bottom, top = set_up(dropout(ratio), [x])
     check_gradient(layer, bottom, top)
@@ -201,11 +202,4 @@ def test_gpu_without_scale_train(gpu_mode):
     layer.forward(bottom, top)
     y, xf = top[0].read_data(), x.astype(np.float32)
     np.testing.assert_array_equal(y[y != 0], xf[y != 0])
-    check_gradient(layer, bottom, top)
-
-
-@pytest.mark.parametrize("ratio", [0.3, 0.5])
-def test_gpu_gradient(gpu_mode, ratio):
-    x = np.random.default_rng(2).normal(size=(2, 3, 4, 5))
-    layer, bottom, top = set_up(dropout(ratio), [x])
     check_gradient(layer, bottom, top)

@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import no_ties, set_up
 
 SHAPE = (2, 3, 4, 5)
@@ -17,6 +17,12 @@ def eltwise(params):
 def inputs(n, shape=SHAPE, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(n)]
+
+
+def away_from_zero(n, shape, seed=4):
+    """Away from zero, so that the unstable top / b_i PROD gradient is accurate."""
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.5, 1.5, shape) * rng.choice([-1, 1], shape) for _ in range(n)]
 
 
 def distinct_inputs(n, shape=SHAPE, seed=0):
@@ -52,21 +58,29 @@ def test_sum_with_coefficients(engine):
         np.testing.assert_array_equal(blob.diff, c)
 
 
-@pytest.mark.parametrize("params", ["operation: SUM", "operation: SUM coeff: 1 coeff: -0.5 "
-                                    "coeff: 2"])
-def test_sum_gradient(params):
-    layer, bottom, top = set_up(eltwise(params), inputs(3, (2, 3, 2)))
+COEFFS = "operation: SUM coeff: 1 coeff: -0.5 coeff: 2"
+
+
+@pytest.mark.parametrize("engine, params, xs", engine_cases(
+    [(params, inputs(3, (2, 3, 2))) for params in ("operation: SUM", COEFFS)],
+    [(COEFFS, away_from_zero(3, (2, 3)))], unpack=True), indirect=["engine"])
+def test_sum_gradient(engine, params, xs):
+    layer, bottom, top = set_up(eltwise(params), xs)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
-@pytest.mark.parametrize("stable", ["true", "false"])
-@pytest.mark.parametrize("n", [2, 3])
-def test_prod_gradient(stable, n):
-    rng = np.random.default_rng(4)
-    # Away from zero, so that the unstable top / b_i form is accurate.
-    xs = [(rng.uniform(0.5, 1.5, (2, 3, 2)) * rng.choice([-1, 1], (2, 3, 2)))
-          for _ in range(n)]
-    layer, bottom, top = set_up(eltwise(f"operation: PROD stable_prod_grad: {stable}"), xs)
+# stable None: the default (stable_prod_grad: true).
+@pytest.mark.parametrize("engine, stable, n, shape", engine_cases(
+    [(stable, n, (2, 3, 2)) for n in (2, 3) for stable in ("true", "false")],
+    [(None, 3, (2, 3)), ("false", 3, (2, 3))], unpack=True), indirect=["engine"])
+def test_prod_gradient(engine, stable, n, shape):
+    xs = away_from_zero(n, shape)
+    params = "operation: PROD" + (f" stable_prod_grad: {stable}" if stable else "")
+    layer, bottom, top = set_up(eltwise(params), xs)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -81,9 +95,12 @@ def test_stable_prod_grad_handles_zeros(engine):
     np.testing.assert_allclose(bottom[2].diff, [0.0, 0.0, 36.0])
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_max_gradient(n):
-    layer, bottom, top = set_up(eltwise("operation: MAX"), distinct_inputs(n, (2, 3, 2)))
+@pytest.mark.parametrize("engine, n, shape", engine_cases(
+    [(n, (2, 3, 2)) for n in (2, 3, 4)], [(3, (2, 3))], unpack=True), indirect=["engine"])
+def test_max_gradient(engine, n, shape):
+    layer, bottom, top = set_up(eltwise("operation: MAX"), distinct_inputs(n, shape))
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -173,17 +190,3 @@ def test_gpu_prod_with_zeros(stable):
           np.array([2.0, 3.0, 0.5, -1.0])]
     compare_layer_modes(eltwise(f"operation: PROD stable_prod_grad: {stable}"), xs,
                         top_diffs=[np.array([1.0, 2.0, 3.0, 4.0])])
-
-
-@pytest.mark.parametrize("params", ["operation: SUM coeff: 1 coeff: -0.5 coeff: 2",
-                                    "operation: PROD", "operation: PROD stable_prod_grad: false",
-                                    "operation: MAX"])
-def test_gpu_gradient(params, gpu_mode):
-    rng = np.random.default_rng(4)
-    if "MAX" in params:
-        xs = distinct_inputs(3, (2, 3))
-    else:  # away from zero, for the unstable PROD gradient
-        xs = [rng.uniform(0.5, 1.5, (2, 3)) * rng.choice([-1, 1], (2, 3)) for _ in range(3)]
-    layer, bottom, top = set_up(eltwise(params), xs)
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

@@ -54,11 +54,13 @@ def test_backward_accumulates_repeated_indices(engine):
 
 
 @pytest.mark.parametrize("bias_term", [True, False])
-def test_gradient(bias_term):
+def test_gradient(bias_term, engine):
     backend.set_random_seed(0)
     layer, bottom, top = set_up(embed(f"num_output: 3 input_dim: 5 "
                                       f"bias_term: {str(bias_term).lower()}"),
                                 [indices((2, 4), 5)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top, check_bottom=[])
 
 
@@ -122,13 +124,3 @@ def test_gpu_index_made_on_the_device_is_not_read_back(gpu_mode):
     top[0].diff[...] = 1
     layer.backward(top, [False], bottom)
     np.testing.assert_array_equal(layer.blobs[0].read_diff(), [[0, 0], [0, 0], [1, 1]])
-
-
-@pytest.mark.parametrize("bias_term", [True, False])
-def test_gpu_gradient(bias_term, gpu_mode):
-    backend.set_random_seed(0)
-    layer, bottom, top = set_up(embed(f"num_output: 3 input_dim: 5 "
-                                      f"bias_term: {str(bias_term).lower()}"),
-                                [indices((2, 4), 5)])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top, check_bottom=[])

@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -31,9 +32,11 @@ def test_forward(shapes, engine):
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("shapes", SHAPES)
-def test_gradient_both_bottoms(shapes):
-    layer, bottom, top = set_up(euclidean(), pair(shapes, 1))
+@pytest.mark.parametrize("engine, shapes, extra, seed", engine_cases(
+    [(shapes, "", 1) for shapes in SHAPES], [(((3, 2, 2), (3, 4)), "loss_weight: 2", 4)],
+    unpack=True), indirect=["engine"])
+def test_gradient_both_bottoms(engine, shapes, extra, seed):
+    layer, bottom, top = set_up(euclidean(extra), pair(shapes, seed))
     check_gradient(layer, bottom, top)
 
 
@@ -77,8 +80,3 @@ def test_gpu_matches_cpu(shapes, down):
     # the CPU adds d^2 in float32 (sdot), the GPU in float64: the losses agree to ~1e-7
     compare_layer_modes(euclidean("loss_weight: 0"), pair(shapes, 3),
                         top_diffs=[np.float32(0.7)], propagate_down=down)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(euclidean("loss_weight: 2"), pair(((3, 2, 2), (3, 4)), 4))
-    check_gradient(layer, bottom, top)

@@ -6,7 +6,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -41,9 +41,11 @@ def test_defaults_are_natural_exp():
     np.testing.assert_array_equal(top[0].data, np.exp(x))
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("base, scale, shift", PARAMS)
-def test_gradient(shape, base, scale, shift):
+@pytest.mark.parametrize("engine, shape, base, scale, shift", engine_cases(
+    [(shape,) + params for params in PARAMS for shape in SHAPES],
+    [((2, 3, 4),) + params for params in [(-1, 1, 0), (2, 3, 1), (0.5, -2, 0.3)]],
+    unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, base, scale, shift):
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(exp_layer(base, scale, shift), [x])
     check_gradient(layer, bottom, top, threshold=1e-3)
@@ -61,10 +63,11 @@ def test_overflow_gives_inf_as_caffe():
     assert np.isinf(top[0].data[0]) and top[0].data[1] == 1
 
 
-def test_in_place_matches_out_of_place():
+def test_in_place_matches_out_of_place(engine):
     rng = np.random.default_rng(2)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([exp_layer(2, 3, 1)], x, dy)
+    assert_in_place_matches([exp_layer(2, -3, 1), SHIFT_DOWN], x, dy)
 
 
 def test_v1_name():
@@ -84,17 +87,3 @@ def test_gpu_matches_cpu(base, scale, shift):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(2, 3, 4, 5))
     compare_layer_modes(exp_layer(base, scale, shift), [x], top_diffs=[rng.normal(size=x.shape)])
-
-
-@pytest.mark.parametrize("base, scale, shift", [(-1, 1, 0), (2, 3, 1), (0.5, -2, 0.3)])
-def test_gpu_gradient(gpu_mode, base, scale, shift):
-    x = np.random.default_rng(1).normal(size=(2, 3, 4))
-    layer, bottom, top = set_up(exp_layer(base, scale, shift), [x])
-    check_gradient(layer, bottom, top, threshold=1e-3)
-
-
-def test_gpu_in_place(gpu_mode):
-    rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    assert_in_place_matches([exp_layer(2, 3, 1)], x, dy)
-    assert_in_place_matches([exp_layer(2, -3, 1), SHIFT_DOWN], x, dy)

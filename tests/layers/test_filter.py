@@ -49,9 +49,11 @@ def test_backward_scatters_with_zeros(selector, engine):
     assert np.all(bottom[1].diff == 9)
 
 
-def test_gradient():
+def test_gradient(engine):
     layer, bottom, top = set_up(FILTER, [data((4, 2, 3)), np.array([0, 1, 1, 0])])
     layer.forward(bottom, top)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
@@ -82,10 +84,3 @@ def test_gpu_matches_cpu(selector):
     for down in ([True, True, False], [False, True, False]):
         compare_layer_modes(FILTER, [first, second, selector], num_tops=2, top_diffs=dys,
                             propagate_down=down)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(FILTER, [data((4, 2, 3)), np.array([0, 1, 1, 0])])
-    layer.forward(bottom, top)
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -5,7 +5,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 
@@ -48,9 +48,13 @@ def test_follows_bottom_reshape():
     np.testing.assert_array_equal(top[0].data, 2)
 
 
-def test_gradient():
-    x = np.random.default_rng(1).normal(size=(2, 3, 2, 2))
+@pytest.mark.parametrize("engine, shape", engine_cases([(2, 3, 2, 2)], [(2, 3, 2)]),
+                         indirect=["engine"])
+def test_gradient(engine, shape):
+    x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(flatten(), [x])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -74,9 +78,3 @@ def test_gpu_matches_cpu(params):
     dy = rng.normal(size=(12, 2) if params else (2, 12))
     # The top is the bottom's memory under another shape: forward writes nothing.
     compare_layer_modes(flatten(params), [x], top_diffs=[dy], check_device_tops=False)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(flatten(), [np.random.default_rng(1).normal(size=(2, 3, 2))])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

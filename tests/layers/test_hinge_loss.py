@@ -6,6 +6,7 @@ from google.protobuf import text_format
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -77,10 +78,11 @@ def test_gradient_is_zero_exactly_on_the_kink_for_l1(engine):
     np.testing.assert_array_equal(bottom[0].diff, [[0.0, -1.0]])
 
 
-@pytest.mark.parametrize("shapes", CASES)
-@pytest.mark.parametrize("norm", ["L1", "L2"])
-def test_gradient(shapes, norm):
-    x, labels = case(shapes, 1)
+@pytest.mark.parametrize("engine, shapes, norm, seed", engine_cases(
+    [(shapes, norm, 1) for norm in ("L1", "L2") for shapes in CASES],
+    [(((4, 3), (4,)), norm, 3) for norm in ("L1", "L2")], unpack=True), indirect=["engine"])
+def test_gradient(engine, shapes, norm, seed):
+    x, labels = case(shapes, seed)
     layer, bottom, top = set_up(hinge(norm, "loss_weight: 2"), [x, labels])
     check_gradient(layer, bottom, top, check_bottom=[0])
 
@@ -123,10 +125,3 @@ def test_gpu_matches_cpu(shapes, norm):
     x, labels = case(shapes, 2)
     compare_layer_modes(hinge(norm, "loss_weight: 0"), [x, labels], top_diffs=[np.float32(1.5)],
                         propagate_down=[True, False])
-
-
-@pytest.mark.parametrize("norm", ["L1", "L2"])
-def test_gpu_gradient(gpu_mode, norm):
-    x, labels = case(((4, 3), (4,)), 3)
-    layer, bottom, top = set_up(hinge(norm, "loss_weight: 2"), [x, labels])
-    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -9,6 +9,7 @@ from pycaffe_cli.io.blob_proto import fill_blob_proto
 from pycaffe_cli.io.prototxt import write_blob_proto
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -128,9 +129,11 @@ def test_second_top_is_the_probabilities(engine):
     assert layer.loss_weights == [1.0, 0.0]
 
 
-@pytest.mark.parametrize("shape, axis", GEOMETRY)
-def test_gradient_matrix_from_bottom(shape, axis):
-    x, labels, matrix = problem(shape, axis, 6, 0)
+@pytest.mark.parametrize("engine, shape, axis, seed", engine_cases(
+    [(shape, axis, 6) for shape, axis in GEOMETRY], [((2, 4, 3), 2, 11)], unpack=True),
+    indirect=["engine"])
+def test_gradient_matrix_from_bottom(engine, shape, axis, seed):
+    x, labels, matrix = problem(shape, axis, seed, 0)
     layer, bottom, top = set_up(infogain(axis=axis, loss_param="ignore_label: 0",
                                          extra="loss_weight: 2"), [x, labels, matrix])
     check_gradient(layer, bottom, top, check_bottom=[0])
@@ -227,10 +230,3 @@ def test_gpu_matrix_from_file_and_second_top(tmp_path):
                                  extra="loss_weight: 0 loss_weight: 0"), [x, labels],
                         num_tops=2, top_diffs=[np.float32(2.0), np.zeros((2, 3, 2))],
                         propagate_down=[True, False])
-
-
-def test_gpu_gradient(gpu_mode):
-    x, labels, matrix = problem((2, 4, 3), 2, 11, 0)
-    layer, bottom, top = set_up(infogain(axis=2, loss_param="ignore_label: 0",
-                                         extra="loss_weight: 2"), [x, labels, matrix])
-    check_gradient(layer, bottom, top, check_bottom=[0])

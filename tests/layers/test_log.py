@@ -6,7 +6,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -47,9 +47,11 @@ def test_defaults_are_natural_log():
     np.testing.assert_array_equal(top[0].data, np.log(x))
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("base, scale, shift", PARAMS)
-def test_gradient(shape, base, scale, shift):
+@pytest.mark.parametrize("engine, shape, base, scale, shift", engine_cases(
+    [(shape,) + params for params in PARAMS for shape in SHAPES],
+    [((2, 3, 4),) + params for params in [(-1, 1, 0), (2, 3, 1), (10, -1, 20)]], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, shape, base, scale, shift):
     # values near 0 make the finite difference of log inaccurate; Caffe's test uses 1e-2 too
     x = np.maximum(inputs(shape, 1), 0.2)
     layer, bottom, top = set_up(log_layer(base, scale, shift), [x])
@@ -69,10 +71,11 @@ def test_bad_base(base):
         set_up(log_layer(base, 1, 0), [np.ones(3)])
 
 
-def test_in_place_matches_out_of_place():
+def test_in_place_matches_out_of_place(engine):
     rng = np.random.default_rng(2)
     x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
     assert_in_place_matches([log_layer(2, 3, 1)], x, dy)
+    assert_in_place_matches([log_layer(2, 3, 1), SHIFT_DOWN], x, dy)
 
 
 # --- GPU mode ---------------------------------------------------------------------------------
@@ -81,17 +84,3 @@ def test_gpu_matches_cpu(base, scale, shift):
     x = inputs((2, 3, 4, 5), 5)
     dy = np.random.default_rng(6).normal(size=x.shape)
     compare_layer_modes(log_layer(base, scale, shift), [x], top_diffs=[dy])
-
-
-@pytest.mark.parametrize("base, scale, shift", [(-1, 1, 0), (2, 3, 1), (10, -1, 20)])
-def test_gpu_gradient(gpu_mode, base, scale, shift):
-    x = np.maximum(inputs((2, 3, 4), 1), 0.2)
-    layer, bottom, top = set_up(log_layer(base, scale, shift), [x])
-    check_gradient(layer, bottom, top, threshold=1e-2)
-
-
-def test_gpu_in_place(gpu_mode):
-    rng = np.random.default_rng(2)
-    x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
-    assert_in_place_matches([log_layer(2, 3, 1)], x, dy)
-    assert_in_place_matches([log_layer(2, 3, 1), SHIFT_DOWN], x, dy)

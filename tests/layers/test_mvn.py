@@ -8,6 +8,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import blob_of, empty_blobs, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (2, 3, 4), (3, 2, 1, 6)]
@@ -72,10 +73,15 @@ def test_backward_is_caffes_formula(params, normalize, across):
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("params", ["", "normalize_variance: false", "across_channels: true",
-                                    "normalize_variance: false across_channels: true"])
-def test_gradient(shape, params):
+GRADIENT_PARAMS = ["", "normalize_variance: false", "across_channels: true",
+                   "normalize_variance: false across_channels: true"]
+
+
+@pytest.mark.parametrize("engine, shape, params", engine_cases(
+    [(shape, params) for params in GRADIENT_PARAMS for shape in SHAPES],
+    [((2, 2, 3), params) for params in GRADIENT_PARAMS[:3]], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, quick_barriers, shape, params):
     layer, bottom, top = set_up(mvn(params), [data(shape)])
     check_gradient(layer, bottom, top)
 
@@ -155,9 +161,3 @@ def test_gpu_in_place_matches_cpu(quick_barriers, params):
     (cpu_y, cpu_dx), (gpu_y, gpu_dx) = results
     np.testing.assert_allclose(gpu_y, cpu_y, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gpu_dx, cpu_dx, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("params", ["", "normalize_variance: false", "across_channels: true"])
-def test_gpu_gradient(quick_barriers, gpu_mode, params):
-    layer, bottom, top = set_up(mvn(params), [data((2, 2, 3))])
-    check_gradient(layer, bottom, top)

@@ -6,7 +6,7 @@ import pytest
 
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -45,9 +45,11 @@ def test_forward(shape, power, scale, shift):
                                atol=1e-6)
 
 
-@pytest.mark.parametrize("power", POWERS)
-@pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
-def test_gradient(power, scale, shift):
+@pytest.mark.parametrize("engine, power, scale, shift", engine_cases(
+    [(power, scale, shift) for scale, shift in SCALE_SHIFTS for power in POWERS],
+    [(0.37, 0.83, -2.4), (2.0, -0.5, 1.5), (3.0, 0.83, 0.0), (1.0, 0.83, -2.4)], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, power, scale, shift):
     x = inputs((2, 3, 4), power, scale, shift, 1)
     layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
     check_gradient(layer, bottom, top, threshold=1e-2)
@@ -77,21 +79,29 @@ def test_constant_output_and_zero_gradient(power, scale, shift, value):
     np.testing.assert_array_equal(bottom[0].diff, [0, 0])
 
 
-def test_zero_base_with_zero_shift_gives_nan_gradient_as_caffe():
+# 0 / 0: the CUDA simulator computes it with numpy scalars, in its own threads
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_zero_base_with_zero_shift_gives_nan_gradient_as_caffe(engine):
     # Caffe evaluates the shift-0 gradient as power * y / x
     layer, bottom, top = set_up(power_layer(0.5, 1.0, 0.0), [np.array([0.0, 4.0])])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.backward(top, [True], bottom)
-    assert np.isnan(bottom[0].diff[0]) and bottom[0].diff[1] == np.float32(0.25)
+    dx = bottom[0].read_diff()
+    assert np.isnan(dx[0]) and dx[1] == np.float32(0.25)
 
 
-@pytest.mark.parametrize("power, scale, shift", [(0.37, 0.83, 2.4), (2.0, 0.83, -2.4),
-                                                 (3.0, 1.0, 0.0), (1.0, 2.0, 1.0)])
-def test_in_place_matches_out_of_place(power, scale, shift):
+IN_PLACE = [(0.37, 0.83, 2.4), (2.0, 0.83, -2.4), (3.0, 1.0, 0.0), (1.0, 2.0, 1.0)]
+
+
+@pytest.mark.parametrize("engine, power, scale, shift",
+                         engine_cases(IN_PLACE, IN_PLACE + [(0.0, 3.0, 2.0)], unpack=True),
+                         indirect=["engine"])
+def test_in_place_matches_out_of_place(engine, power, scale, shift):
     rng = np.random.default_rng(2)
     x, dy = inputs((3, 4), power, scale, shift, 3), rng.normal(size=(3, 4))
     assert_in_place_matches([power_layer(power, scale, shift)], x, dy)
+    assert_in_place_matches([power_layer(power, scale, shift), SHIFT_DOWN], x, dy)
 
 
 def test_v1_name():
@@ -112,32 +122,3 @@ def test_gpu_matches_cpu(power, scale, shift):
     x = inputs((2, 3, 4, 5), power, scale, shift, 6)
     dy = np.random.default_rng(7).normal(size=x.shape)
     compare_layer_modes(power_layer(power, scale, shift), [x], top_diffs=[dy])
-
-
-@pytest.mark.parametrize("power, scale, shift", [(0.37, 0.83, -2.4), (2.0, -0.5, 1.5),
-                                                 (3.0, 0.83, 0.0), (1.0, 0.83, -2.4)])
-def test_gpu_gradient(gpu_mode, power, scale, shift):
-    x = inputs((2, 3, 4), power, scale, shift, 1)
-    layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
-    check_gradient(layer, bottom, top, threshold=1e-2)
-
-
-# 0 / 0: the CUDA simulator computes it with numpy scalars, in its own threads
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-def test_gpu_zero_base_with_zero_shift_gives_nan_gradient_as_caffe(gpu_mode):
-    layer, bottom, top = set_up(power_layer(0.5, 1.0, 0.0), [np.array([0.0, 4.0])])
-    layer.forward(bottom, top)
-    top[0].diff[...] = 1
-    layer.backward(top, [True], bottom)
-    dx = bottom[0].read_diff()
-    assert np.isnan(dx[0]) and dx[1] == np.float32(0.25)
-
-
-@pytest.mark.parametrize("power, scale, shift", [(0.37, 0.83, 2.4), (2.0, 0.83, -2.4),
-                                                 (3.0, 1.0, 0.0), (1.0, 2.0, 1.0),
-                                                 (0.0, 3.0, 2.0)])
-def test_gpu_in_place(gpu_mode, power, scale, shift):
-    rng = np.random.default_rng(2)
-    x, dy = inputs((3, 4), power, scale, shift, 3), rng.normal(size=(3, 4))
-    assert_in_place_matches([power_layer(power, scale, shift)], x, dy)
-    assert_in_place_matches([power_layer(power, scale, shift), SHIFT_DOWN], x, dy)

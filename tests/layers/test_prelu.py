@@ -10,7 +10,7 @@ from pycaffe_cli.cuda import launch
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (2, 3), (3, 4, 2)]
@@ -70,9 +70,13 @@ def test_forward(shape, shared):
     np.testing.assert_array_equal(top[0].data, expected)
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 2, 2), (2, 3)])
-@pytest.mark.parametrize("shared", [False, True])
-def test_gradient(shape, shared):
+GRADIENT_CASES = [(shape, shared) for shared in (False, True) for shape in [(2, 3, 2, 2), (2, 3)]]
+
+
+@pytest.mark.parametrize("engine, shape, shared",
+                         engine_cases(GRADIENT_CASES, GRADIENT_CASES, unpack=True),
+                         indirect=["engine"])
+def test_gradient(engine, shape, shared):
     layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [inputs(shape, 1)])
     # every element singly (random mode: the exhaustive mode cannot walk a 0-axis blob)
     check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01,
@@ -80,7 +84,7 @@ def test_gradient(shape, shared):
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_backward_values_and_slope_accumulation(shared):
+def test_backward_values_and_slope_accumulation(engine, shared):
     x = inputs((2, 3, 4), 2)
     dy = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
     layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [x])
@@ -88,17 +92,18 @@ def test_backward_values_and_slope_accumulation(shared):
     top[0].diff[...] = dy
     layer.blobs[0].diff[...] = 0
     layer.backward(top, [True], bottom)
-    a = layer.blobs[0].data
+    a = layer.blobs[0].read_data()
     terms = dy.astype(np.float64) * x * (x <= 0)
     slope_grad = terms.sum() if shared else terms.sum(axis=(0, 2))
-    np.testing.assert_allclose(layer.blobs[0].diff, slope_grad, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), slope_grad, rtol=1e-5, atol=1e-6)
     a_c = a.reshape(()) if shared else a.reshape(1, -1, 1)
-    np.testing.assert_array_equal(bottom[0].diff, np.where(x > 0, dy, dy * a_c))
+    np.testing.assert_array_equal(bottom[0].read_diff(), np.where(x > 0, dy, dy * a_c))
     layer.backward(top, [True], bottom)  # param diffs accumulate
-    np.testing.assert_allclose(layer.blobs[0].diff, 2 * slope_grad, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), 2 * slope_grad, rtol=1e-5,
+                               atol=1e-6)
 
 
-def test_no_param_or_bottom_gradient_when_switched_off():
+def test_no_param_or_bottom_gradient_when_switched_off(engine):
     layer, bottom, top = set_up(prelu(), [inputs((2, 3, 4), 4)])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
@@ -106,7 +111,7 @@ def test_no_param_or_bottom_gradient_when_switched_off():
     bottom[0].diff[...] = 9
     layer.param_propagate_down = [False]
     layer.backward(top, [False], bottom)
-    assert np.all(layer.blobs[0].diff == 7) and np.all(bottom[0].diff == 9)
+    assert np.all(layer.blobs[0].read_diff() == 7) and np.all(bottom[0].read_diff() == 9)
 
 
 def test_matches_relu_with_slope_quarter():
@@ -124,7 +129,7 @@ def test_matches_relu_with_slope_quarter():
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_in_place_matches_out_of_place(shared):
+def test_in_place_matches_out_of_place(engine, shared):
     x = inputs((2, 3, 4), 7)
     dy = np.random.default_rng(8).normal(size=x.shape)
     results = []
@@ -135,10 +140,10 @@ def test_in_place_matches_out_of_place(shared):
         top = bottom if in_place else Blob()
         layer.setup([bottom], [top])
         layer.forward([bottom], [top])
-        y = top.data.copy()
+        y = top.read_data().copy()
         top.diff[...] = dy
         layer.backward([top], [True], [bottom])
-        results.append((y, bottom.diff.copy(), layer.blobs[0].diff.copy()))
+        results.append((y, bottom.read_diff().copy(), layer.blobs[0].read_diff().copy()))
     for out_of_place, in_place in zip(*results):
         np.testing.assert_array_equal(out_of_place, in_place)
     assert np.any(results[1][2] != 0)
@@ -193,60 +198,3 @@ def test_gpu_slope_gradient_on_any_grid(monkeypatch, max_blocks, shared):
     x = inputs((4, 3, 8, 8), 11)
     dy = np.random.default_rng(12).normal(size=x.shape)
     compare_layer_modes(prelu(shared, GAUSSIAN), [x], top_diffs=[dy], propagate_down=[False])
-
-
-@pytest.mark.parametrize("shape", [(2, 3, 2, 2), (2, 3)])
-@pytest.mark.parametrize("shared", [False, True])
-def test_gpu_gradient(gpu_mode, shape, shared):
-    layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [inputs(shape, 1)])
-    check_gradient(layer, bottom, top, threshold=1e-3, kink=0.0, kink_range=0.01,
-                   elements=24)
-
-
-@pytest.mark.parametrize("shared", [False, True])
-def test_gpu_slope_diff_accumulates(gpu_mode, shared):
-    x = inputs((2, 3, 4), 2)
-    dy = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
-    layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [x])
-    layer.forward(bottom, top)
-    top[0].diff[...] = dy
-    layer.blobs[0].diff[...] = 0
-    layer.backward(top, [True], bottom)
-    terms = dy.astype(np.float64) * x * (x <= 0)
-    slope_grad = terms.sum() if shared else terms.sum(axis=(0, 2))
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), slope_grad, rtol=1e-5, atol=1e-6)
-    layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), 2 * slope_grad, rtol=1e-5,
-                               atol=1e-6)
-
-
-def test_gpu_no_param_or_bottom_gradient_when_switched_off(gpu_mode):
-    layer, bottom, top = set_up(prelu(), [inputs((2, 3, 4), 4)])
-    layer.forward(bottom, top)
-    top[0].diff[...] = 1
-    layer.blobs[0].diff[...] = 7
-    bottom[0].diff[...] = 9
-    layer.param_propagate_down = [False]
-    layer.backward(top, [False], bottom)
-    assert np.all(layer.blobs[0].read_diff() == 7) and np.all(bottom[0].read_diff() == 9)
-
-
-@pytest.mark.parametrize("shared", [False, True])
-def test_gpu_in_place_matches_out_of_place(gpu_mode, shared):
-    x = inputs((2, 3, 4), 7)
-    dy = np.random.default_rng(8).normal(size=x.shape)
-    results = []
-    for in_place in (False, True):
-        backend.set_random_seed(9)
-        layer = create_layer(layer_param(prelu(shared, GAUSSIAN)))
-        bottom = blob_of(x)
-        top = bottom if in_place else Blob()
-        layer.setup([bottom], [top])
-        layer.forward([bottom], [top])
-        y = top.read_data().copy()
-        top.diff[...] = dy
-        layer.backward([top], [True], [bottom])
-        results.append((y, bottom.read_diff().copy(), layer.blobs[0].read_diff().copy()))
-    for out_of_place, in_place in zip(*results):
-        np.testing.assert_array_equal(out_of_place, in_place)
-    assert np.any(results[1][2] != 0)

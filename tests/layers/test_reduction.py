@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import set_up
 
 SHAPE = (2, 3, 4)
@@ -66,11 +66,16 @@ def test_backward(op, axis):
     np.testing.assert_allclose(bottom[0].diff, expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("axis", [0, 1, 2])
-def test_gradient(op, axis):
-    layer, bottom, top = set_up(reduction(f"operation: {op} axis: {axis} coeff: 0.5"),
-                                [data(SHAPE)])
+# GPU: one row (the simulator runs each block's barriers slowly), the default axis (0), and
+# the backward passes that read x.
+@pytest.mark.parametrize("engine, op, axis, shape", engine_cases(
+    [(op, axis, SHAPE) for axis in (0, 1, 2) for op in OPS],
+    [(op, None, (2, 3)) for op in ("ASUM", "SUMSQ")], unpack=True), indirect=["engine"])
+def test_gradient(engine, op, axis, shape):
+    params = f"operation: {op}" + (f" axis: {axis}" if axis is not None else "")
+    layer, bottom, top = set_up(reduction(f"{params} coeff: 0.5"), [data(shape)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -101,11 +106,3 @@ def test_gpu_matches_cpu(op, shape, params):
     axis = int(params.split()[1]) % len(shape)
     dy = data(shape[:axis], seed=1)
     compare_layer_modes(reduction(f"operation: {op} {params}"), [x], top_diffs=[dy])
-
-
-@pytest.mark.parametrize("op", ["ASUM", "SUMSQ"])  # the backward passes that read x
-def test_gpu_gradient(op, gpu_mode):
-    # One row: the simulator runs each block's barriers slowly.
-    layer, bottom, top = set_up(reduction(f"operation: {op} coeff: 0.5"), [data((2, 3))])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

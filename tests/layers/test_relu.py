@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
-from tests.layer_helpers import assert_in_place_matches, blob_of, layer_param, set_up
+from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.layer_helpers import assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 SLOPES = [0.0, 0.01, 0.5]
@@ -34,37 +33,28 @@ def test_forward(shape, slope):
                                rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("slope", SLOPES)
-def test_gradient(shape, slope):
+@pytest.mark.parametrize("engine, shape, slope", engine_cases(
+    [(shape, slope) for slope in SLOPES for shape in SHAPES],
+    [((2, 3, 4), slope) for slope in (0.0, 0.5)], unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, slope):
     layer, bottom, top = set_up(relu(slope), [inputs(shape, 1)])
     check_gradient(layer, bottom, top, kink=0.0, kink_range=0.02)
 
 
-@pytest.mark.parametrize("slope", SLOPES)
-def test_in_place_matches_out_of_place(slope):
-    x = inputs((4, 5), 2)
-    dy = np.random.default_rng(3).normal(size=(4, 5))
-    layer, bottom, top = set_up(relu(slope), [x])
-    layer.forward(bottom, top)
-    top[0].diff[...] = dy
-    layer.backward(top, [True], bottom)
-    in_place = create_layer(layer_param(relu(slope)))
-    blob = blob_of(x)
-    in_place.setup([blob], [blob])
-    in_place.forward([blob], [blob])
-    np.testing.assert_array_equal(blob.data, top[0].data)
-    blob.diff[...] = dy
-    in_place.backward([blob], [True], [blob])
-    np.testing.assert_array_equal(blob.diff, bottom[0].diff)
+@pytest.mark.parametrize("engine, slope, dy_seed", engine_cases(
+    [(slope, 3) for slope in SLOPES], [(slope, 6) for slope in SLOPES], unpack=True),
+    indirect=["engine"])
+def test_in_place_matches_out_of_place(engine, slope, dy_seed):
+    dy = np.random.default_rng(dy_seed).normal(size=(4, 5))
+    assert_in_place_matches([relu(slope)], inputs((4, 5), 2), dy)
 
 
-def test_zero_input_gets_negative_slope_gradient():
+def test_zero_input_gets_negative_slope_gradient(engine):
     layer, bottom, top = set_up(relu(0.25), [np.array([-1.0, 0.0, 1.0])])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].diff, [0.25, 0.25, 1.0])
+    np.testing.assert_array_equal(bottom[0].read_diff(), [0.25, 0.25, 1.0])
 
 
 def test_needs_one_bottom():
@@ -81,23 +71,3 @@ def test_gpu_matches_cpu(shape, slope):
     dy = np.random.default_rng(5).normal(size=shape)
     # the same per-element bodies run on both targets
     compare_layer_modes(relu(slope), [x], top_diffs=[dy], rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("slope", [0.0, 0.5])
-def test_gpu_gradient(gpu_mode, slope):
-    layer, bottom, top = set_up(relu(slope), [inputs((2, 3, 4), 1)])
-    check_gradient(layer, bottom, top, kink=0.0, kink_range=0.02)
-
-
-@pytest.mark.parametrize("slope", SLOPES)
-def test_gpu_in_place(gpu_mode, slope):
-    rng = np.random.default_rng(6)
-    assert_in_place_matches([relu(slope)], inputs((4, 5), 2), rng.normal(size=(4, 5)))
-
-
-def test_gpu_zero_input_gets_negative_slope_gradient(gpu_mode):
-    layer, bottom, top = set_up(relu(0.25), [np.array([-1.0, 0.0, 1.0])])
-    layer.forward(bottom, top)
-    top[0].diff[...] = 1
-    layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].read_diff(), [0.25, 0.25, 1.0])

@@ -8,7 +8,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 BOTTOM_SHAPE = (2, 3, 6, 5)
@@ -72,8 +72,12 @@ def test_backward_shares_diff():
     np.testing.assert_array_equal(bottom[0].diff, np.arange(180).reshape(BOTTOM_SHAPE))
 
 
-def test_gradient():
-    layer, bottom, top = set_up(reshape((6, 2, 3, 5)), [bottom_values()])
+@pytest.mark.parametrize("engine, dims, shape", engine_cases(
+    [((6, 2, 3, 5), BOTTOM_SHAPE)], [((3, -1), (2, 3))], unpack=True), indirect=["engine"])
+def test_gradient(engine, dims, shape):
+    layer, bottom, top = set_up(reshape(dims), [bottom_values(shape)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -107,9 +111,3 @@ def test_gpu_matches_cpu(dims, extra, expected):
     dy = np.random.default_rng(5).normal(size=expected)
     # The top is the bottom's memory under another shape: forward writes nothing.
     compare_layer_modes(reshape(dims, extra), [x], top_diffs=[dy], check_device_tops=False)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(reshape((3, -1)), [bottom_values((2, 3))])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

@@ -6,7 +6,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
 from tests.layers.test_bias import compare_in_place
 
@@ -17,8 +17,6 @@ FILLERS = ('filler { type: "uniform" min: -1 max: 1 } '
 
 def scale(params=""):
     return f'name: "scale" type: "Scale" scale_param {{ {params} }}'
-
-
 
 
 LEARNABLE = [  # params, expected blob shape, axis the blob starts at
@@ -81,26 +79,36 @@ def test_bottom_form_forward(params, scale_shape, axis, bias_term):
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("bias_term", [False, True])
-@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
-def test_learnable_gradient(params, blob_shape, axis, bias_term):
+# The GPU case: the default axis with a bias, on a smaller input (the simulator is slow).
+GPU_GRADIENT = [("", (3,), 1, True, (2, 3, 2))]
+
+
+@pytest.mark.parametrize("engine, params, blob_shape, axis, bias_term, shape", engine_cases(
+    [case + (bias_term, SHAPE) for bias_term in (False, True) for case in LEARNABLE],
+    GPU_GRADIENT, unpack=True), indirect=["engine"])
+def test_learnable_gradient(engine, params, blob_shape, axis, bias_term, shape):
     backend.set_random_seed(0)
     extra = " bias_term: true" if bias_term else ""
-    layer, bottom, top = set_up(scale(FILLERS + params + extra), [uniform_data(SHAPE)])
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [uniform_data(shape)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
-@pytest.mark.parametrize("bias_term", [False, True])
-@pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
-def test_bottom_form_gradient(params, scale_shape, axis, bias_term):
+@pytest.mark.parametrize("engine, params, scale_shape, axis, bias_term, shape", engine_cases(
+    [case + (bias_term, SHAPE) for bias_term in (False, True) for case in BOTTOM_FORM],
+    GPU_GRADIENT, unpack=True), indirect=["engine"])
+def test_bottom_form_gradient(engine, params, scale_shape, axis, bias_term, shape):
     backend.set_random_seed(0)
     extra = " bias_term: true" if bias_term else ""
     layer, bottom, top = set_up(scale(FILLERS + params + extra),
-                                [uniform_data(SHAPE), uniform_data(scale_shape, seed=1)])
+                                [uniform_data(shape), uniform_data(scale_shape, seed=1)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
-def test_param_gradients_accumulate():
+def test_param_gradients_accumulate(engine):
     backend.set_random_seed(0)
     x, dy = uniform_data((2, 3, 2)), uniform_data((2, 3, 2), seed=3)
     layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), [x])
@@ -109,8 +117,10 @@ def test_param_gradients_accumulate():
     for blob in layer.blobs:
         blob.diff[...] = 10
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].diff, 10 + (dy * x).sum(axis=(0, 2)), rtol=1e-5)
-    np.testing.assert_allclose(layer.blobs[1].diff, 10 + dy.sum(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(layer.blobs[0].read_diff(), 10 + (dy * x).sum(axis=(0, 2)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(layer.blobs[1].read_diff(), 10 + dy.sum(axis=(0, 2)),
+                               rtol=1e-5)
 
 
 @pytest.mark.parametrize("params, scale_shape", [("axis: 0", SHAPE), ("axis: 2", ())])
@@ -216,27 +226,3 @@ def test_gpu_in_place(params, bottoms, bias_term):
     xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
     extra = " bias_term: true" if bias_term else ""
     compare_in_place(scale(params + extra), xs, uniform_data(SHAPE, seed=5))
-
-
-def test_gpu_param_gradients_accumulate(gpu_mode):
-    backend.set_random_seed(0)
-    x, dy = uniform_data((2, 3, 2)), uniform_data((2, 3, 2), seed=3)
-    layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), [x])
-    layer.forward(bottom, top)
-    top[0].diff[...] = dy
-    for blob in layer.blobs:
-        blob.diff[...] = 10
-    layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), 10 + (dy * x).sum(axis=(0, 2)),
-                               rtol=1e-5)
-    np.testing.assert_allclose(layer.blobs[1].read_diff(), 10 + dy.sum(axis=(0, 2)),
-                               rtol=1e-5)
-
-
-@pytest.mark.parametrize("bottoms", [[(2, 3, 2)], [(2, 3, 2), (3,)]])
-def test_gpu_gradient(bottoms, gpu_mode):
-    backend.set_random_seed(0)
-    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
-    layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), xs)
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

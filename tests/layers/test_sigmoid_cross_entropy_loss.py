@@ -5,6 +5,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -94,10 +95,13 @@ def test_all_ignored_gives_zero_loss_and_gradient(engine):
     np.testing.assert_array_equal(bottom[0].diff, 0)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("loss_param", ["", "ignore_label: -1 normalization: VALID"])
-def test_gradient(shape, loss_param):
-    x, t = data(shape, 2, -1 if loss_param else None)
+@pytest.mark.parametrize("engine, shape, loss_param, seed", engine_cases(
+    [(shape, loss_param, 2) for loss_param in ("", "ignore_label: -1 normalization: VALID")
+     for shape in SHAPES],
+    [((3, 4), loss_param, 5) for loss_param in ("", "ignore_label: -1 normalization: VALID")],
+    unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, loss_param, seed):
+    x, t = data(shape, seed, -1 if loss_param else None)
     layer, bottom, top = set_up(sigmoid_loss(loss_param, "loss_weight: 3"), [x, t])
     check_gradient(layer, bottom, top, check_bottom=[0])
 
@@ -144,10 +148,3 @@ def test_gpu_matches_cpu(shape, loss_param, ignore):
     x, t = data(shape, 4, ignore, hard=ignore is not None and ignore >= 0)
     compare_layer_modes(sigmoid_loss(loss_param, "loss_weight: 0"), [x, t],
                         top_diffs=[np.float32(1.3)], propagate_down=[True, False])
-
-
-@pytest.mark.parametrize("loss_param", ["", "ignore_label: -1 normalization: VALID"])
-def test_gpu_gradient(gpu_mode, loss_param):
-    x, t = data((3, 4), 5, -1 if loss_param else None)
-    layer, bottom, top = set_up(sigmoid_loss(loss_param, "loss_weight: 3"), [x, t])
-    check_gradient(layer, bottom, top, check_bottom=[0])

@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import set_up
 
 SHAPE = (6, 4, 3, 6)
@@ -61,10 +61,14 @@ def test_backward_skipped_without_propagate_down(engine):
     np.testing.assert_array_equal(bottom[0].diff, 3)
 
 
-@pytest.mark.parametrize("params, num_tops", [("axis: 0", 2), ("slice_point: 1", 2),
-                                              ("axis: -1 slice_point: 2", 2)])
-def test_gradient(params, num_tops):
-    layer, bottom, top = set_up(slice_layer(params), [bottom_values((2, 3, 2, 3))], num_tops)
+@pytest.mark.parametrize("engine, params, num_tops, shape", engine_cases(
+    [("axis: 0", 2, (2, 3, 2, 3)), ("slice_point: 1", 2, (2, 3, 2, 3)),
+     ("axis: -1 slice_point: 2", 2, (2, 3, 2, 3))],
+    [("slice_point: 1", 2, (2, 3, 2))], unpack=True), indirect=["engine"])
+def test_gradient(engine, params, num_tops, shape):
+    layer, bottom, top = set_up(slice_layer(params), [bottom_values(shape)], num_tops)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -121,9 +125,3 @@ def test_gpu_single_top_shares():
     x = bottom_values((2, 2, 3))
     dy = np.random.default_rng(3).normal(size=x.shape)
     compare_layer_modes(slice_layer(), [x], 1, top_diffs=[dy], check_device_tops=False)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(slice_layer("slice_point: 1"), [bottom_values((2, 3, 2))], 2)
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

@@ -5,6 +5,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 
@@ -39,9 +40,11 @@ def test_large_inputs_are_stable(engine):
     np.testing.assert_allclose(top[0].data, reference(x, 1), rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape, axis", CASES)
-def test_gradient(shape, axis):
-    x = np.random.default_rng(1).normal(size=shape)
+@pytest.mark.parametrize("engine, shape, axis, seed", engine_cases(
+    [case + (1,) for case in CASES], [((2, 3, 4), 1, 5), ((3, 2, 2), 2, 5)], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, shape, axis, seed):
+    x = np.random.default_rng(seed).normal(size=shape)
     layer, bottom, top = set_up(softmax(axis), [x])
     check_gradient(layer, bottom, top)
 
@@ -80,10 +83,3 @@ def test_gpu_matches_cpu(shape, axis):
     rng = np.random.default_rng(4)
     x = rng.normal(scale=2, size=shape)
     compare_layer_modes(softmax(axis), [x], top_diffs=[rng.normal(size=shape)])
-
-
-@pytest.mark.parametrize("shape, axis", [((2, 3, 4), 1), ((3, 2, 2), 2)])
-def test_gpu_gradient(gpu_mode, shape, axis):
-    x = np.random.default_rng(5).normal(size=shape)
-    layer, bottom, top = set_up(softmax(axis), [x])
-    check_gradient(layer, bottom, top)

@@ -5,6 +5,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
 FLT_MIN = np.finfo(np.float32).tiny
@@ -63,10 +64,11 @@ def run(shape, axis, loss_param, ignore, mode, seed=0):
     np.testing.assert_allclose(bottom[0].diff, expected_grad, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("shape, axis", GEOMETRY)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("ignore", [None, 1, -1])
-def test_normalization_modes(shape, axis, mode, ignore):
+@pytest.mark.parametrize("engine, shape, axis, mode, ignore", engine_cases(
+    [(shape, axis, mode, ignore) for ignore in (None, 1, -1) for mode in MODES
+     for shape, axis in GEOMETRY],
+    [((2, 4, 3), 1, mode, 1) for mode in MODES], unpack=True), indirect=["engine"])
+def test_normalization_modes(engine, shape, axis, mode, ignore):
     ignore_param = f"ignore_label: {ignore}" if ignore is not None else ""
     run(shape, axis, f"normalization: {mode} {ignore_param}", ignore, mode)
 
@@ -109,11 +111,13 @@ def test_second_top_is_the_probabilities(engine):
     assert layer.loss_weights == [1.0, 0.0]
 
 
-@pytest.mark.parametrize("shape, axis", GEOMETRY)
-def test_gradient(shape, axis):
+@pytest.mark.parametrize("engine, shape, axis, seed", engine_cases(
+    [(shape, axis, 3) for shape, axis in GEOMETRY], [((3, 4), 1, 8), ((2, 4, 3), 2, 8)],
+    unpack=True), indirect=["engine"])
+def test_gradient(engine, shape, axis, seed):
     canonical = axis % len(shape)
-    x = np.random.default_rng(3).normal(size=shape)
-    labels = labels_for(shape, canonical, shape[canonical], 4, 0, 0.3)
+    x = np.random.default_rng(seed).normal(size=shape)
+    labels = labels_for(shape, canonical, shape[canonical], seed + 1, 0, 0.3)
     layer, bottom, top = set_up(loss_layer("ignore_label: 0", axis, "loss_weight: 2"),
                                 [x, labels])
     check_gradient(layer, bottom, top, check_bottom=[0])
@@ -184,18 +188,3 @@ def test_gpu_second_top():
     compare_layer_modes(loss_layer(extra=f"{UNWEIGHTED} {UNWEIGHTED}"), [x, labels],
                         num_tops=2, top_diffs=[np.float32(3.0), np.zeros((2, 3, 2))],
                         propagate_down=[True, False])
-
-
-@pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((2, 4, 3), 2)])
-def test_gpu_gradient(gpu_mode, shape, axis):
-    canonical = axis % len(shape)
-    x = np.random.default_rng(8).normal(size=shape)
-    labels = labels_for(shape, canonical, shape[canonical], 9, 0, 0.3)
-    layer, bottom, top = set_up(loss_layer("ignore_label: 0", axis, "loss_weight: 2"),
-                                [x, labels])
-    check_gradient(layer, bottom, top, check_bottom=[0])
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_gpu_loss_matches_reference(gpu_mode, mode):
-    run((2, 4, 3), 1, f"normalization: {mode} ignore_label: 1", 1, mode)

@@ -5,7 +5,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SPLIT = 'name: "split" type: "Split"'
@@ -44,10 +44,13 @@ def test_backward_skipped_without_propagate_down(engine):
     np.testing.assert_array_equal(bottom[0].diff, 7)
 
 
-@pytest.mark.parametrize("num_tops", [1, 3])
-def test_gradient(num_tops):
-    x = np.random.default_rng(2).normal(size=(2, 3, 2))
+@pytest.mark.parametrize("engine, num_tops, shape", engine_cases(
+    [(1, (2, 3, 2)), (3, (2, 3, 2))], [(3, (2, 3))], unpack=True), indirect=["engine"])
+def test_gradient(engine, num_tops, shape):
+    x = np.random.default_rng(2).normal(size=shape)
     layer, bottom, top = set_up(SPLIT, [x], num_tops)
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -71,9 +74,3 @@ def test_gpu_matches_cpu(num_tops):
     diffs = [rng.normal(size=x.shape) for _ in range(num_tops)]
     # The tops share the bottom's data: forward writes no top anywhere.
     compare_layer_modes(SPLIT, [x], num_tops, top_diffs=diffs, check_device_tops=False)
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(SPLIT, [np.random.default_rng(2).normal(size=(2, 3))], 3)
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)

@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import compare_layer_modes, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -46,9 +46,13 @@ def test_backward_sums_the_copies(shape, axis, tiles, engine):
     np.testing.assert_allclose(bottom[0].diff, split.sum(axis=axis), rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape, axis, tiles", CASES)
-def test_gradient(shape, axis, tiles):
+@pytest.mark.parametrize("engine, shape, axis, tiles",
+                         engine_cases(CASES, [((2, 3, 2), 1, 3)], unpack=True),
+                         indirect=["engine"])
+def test_gradient(engine, shape, axis, tiles):
     layer, bottom, top = set_up(tile(f"axis: {axis} tiles: {tiles}"), [data(shape)])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top)
 
 
@@ -77,9 +81,3 @@ def test_gpu_matches_cpu(shape, axis, tiles):
     top_shape = list(shape)
     top_shape[axis] *= tiles
     compare_layer_modes(text, [data(shape)], top_diffs=[data(top_shape, seed=1)])
-
-
-def test_gpu_gradient(gpu_mode):
-    layer, bottom, top = set_up(tile("axis: 1 tiles: 3"), [data((2, 3, 2))])
-    assert layer.backward_gpu is not None
-    check_gradient(layer, bottom, top)
