@@ -30,10 +30,7 @@ from caffe import _scripts
 from caffe._scripts import ScriptError
 
 PROG = "classify.py"
-MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "models")
-DEFAULT_MODEL = os.path.normpath(os.path.join(MODELS, "caffenet/deploy.prototxt"))
-DEFAULT_WEIGHTS = os.path.normpath(
-    os.path.join(MODELS, "caffenet/bvlc_reference_caffenet.caffemodel"))
+DEFAULT_MODEL, DEFAULT_WEIGHTS = _scripts.caffenet_defaults(__file__)
 
 
 def build_parser():

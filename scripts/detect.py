@@ -20,7 +20,6 @@ own .npy) and a user's mistake is one "detect.py: error: ..." line with exit sta
 """
 import argparse
 import csv
-import os
 import sys
 import time
 
@@ -34,10 +33,7 @@ from pycaffe_cli.io.files import atomic_output_path, atomic_write
 PROG = "detect.py"
 CROP_MODES = ["list", "selective_search"]
 COORD_COLS = ["ymin", "xmin", "ymax", "xmax"]
-MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "models")
-DEFAULT_MODEL = os.path.normpath(os.path.join(MODELS, "caffenet/deploy.prototxt"))
-DEFAULT_WEIGHTS = os.path.normpath(
-    os.path.join(MODELS, "caffenet/bvlc_reference_caffenet.caffemodel"))
+DEFAULT_MODEL, DEFAULT_WEIGHTS = _scripts.caffenet_defaults(__file__)
 
 
 def build_parser():

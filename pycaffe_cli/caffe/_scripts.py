@@ -16,6 +16,16 @@ DEFAULT_MEAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "imagene
 USER_ERRORS = (CaffeError, ValueError, KeyError, OSError)
 
 
+def caffenet_defaults(script_path):
+    """BVLC's default --model_def and --pretrained_model for a script in scripts/: the
+    reference CaffeNet in the repository's models/caffenet (its weights are the user's
+    download)."""
+    folder = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(script_path)),
+                                           os.pardir, "models", "caffenet"))
+    return (os.path.join(folder, "deploy.prototxt"),
+            os.path.join(folder, "bvlc_reference_caffenet.caffemodel"))
+
+
 class ScriptError(Exception):
     """A mistake in a script's arguments or inputs."""
 
