@@ -294,26 +294,32 @@ class Net:
     def forward(self, start=0, end=None):
         """Run layers start..end (inclusive) forward; return the summed weighted loss."""
         end = len(self.layers) - 1 if end is None else end
+        before, after = self.callbacks["before_forward"], self.callbacks["after_forward"]
         loss = 0.0
         for i in range(start, end + 1):
-            self._run_callbacks("before_forward", i)
+            for function in before:
+                function(i)
             loss += self.layers[i].forward(self.bottom_vecs[i], self.top_vecs[i])
             if self.debug_info:
                 net_debug.log_forward(self, i)
-            self._run_callbacks("after_forward", i)
+            for function in after:
+                function(i)
         return loss
 
     def backward(self, start=None, end=0):
         """Run layers start..end (inclusive, descending) backward where needed."""
         start = len(self.layers) - 1 if start is None else start
+        before, after = self.callbacks["before_backward"], self.callbacks["after_backward"]
         for i in range(start, end - 1, -1):
-            self._run_callbacks("before_backward", i)
+            for function in before:
+                function(i)
             if self.layer_need_backward[i]:
                 self.layers[i].backward(self.top_vecs[i], self.bottom_need_backward[i],
                                         self.bottom_vecs[i])
                 if self.debug_info:
                     net_debug.log_backward(self, i)
-            self._run_callbacks("after_backward", i)
+            for function in after:
+                function(i)
         if self.debug_info and start == len(self.layers) - 1 and end == 0:
             net_debug.log_param_norms(self)
 
@@ -324,10 +330,6 @@ class Net:
             raise CaffeError(f"unknown net callback {when!r} (known: "
                              f"{', '.join(self.callbacks)})")
         self.callbacks[when].append(function)
-
-    def _run_callbacks(self, when, layer_id):
-        for function in self.callbacks[when]:
-            function(layer_id)
 
     def forward_backward(self):
         loss = self.forward()

@@ -25,7 +25,6 @@ import time
 
 import numpy as np
 
-import caffe
 from caffe import _scripts
 from caffe._scripts import ScriptError
 
@@ -87,12 +86,7 @@ def load_inputs(input_file, ext):
 
 
 def classify(args):
-    if args.gpu:
-        caffe.set_mode_gpu()
-        print("GPU mode")
-    else:
-        caffe.set_mode_cpu()
-        print("CPU mode")
+    _scripts.set_mode(args.gpu)
     classifier = make_classifier(args)
     inputs = load_inputs(args.input_file, args.ext)
     print(f"Classifying {len(inputs)} inputs.")

@@ -25,7 +25,6 @@ import time
 
 import numpy as np
 
-import caffe
 from caffe import _scripts
 from caffe._scripts import ScriptError
 from pycaffe_cli.io.files import atomic_output_path, atomic_write
@@ -138,12 +137,7 @@ def save(path, detections):
 
 
 def run(args):
-    if args.gpu:
-        caffe.set_mode_gpu()
-        print("GPU mode")
-    else:
-        caffe.set_mode_cpu()
-        print("CPU mode")
+    _scripts.set_mode(args.gpu)
     detector = make_detector(args)
     start = time.time()
     print("Loading input...")

@@ -11,6 +11,7 @@
 * pycaffe_cli is imported before any test module imports numpy, so its thread settings apply.
 """
 import os
+import textwrap
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
@@ -118,3 +119,14 @@ def gpu_mode():
 def no_cuda(monkeypatch):
     """Behave as on a machine where numba.cuda finds no device (the simulator is on here)."""
     monkeypatch.setattr(backend, "cuda_available", lambda: False)
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write dedented text (a prototxt, a list file...) to tmp_path/name; return the path as
+    a string."""
+    def write_file(name, text):
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return str(path)
+    return write_file

@@ -12,7 +12,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.net import Net
 from pycaffe_cli.proto import caffe_pb2
-from tests.cli.conftest import run_cli, write  # noqa: F401 (fixtures)
+from tests.cli.conftest import run_cli  # noqa: F401 (fixture)
 
 TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
 

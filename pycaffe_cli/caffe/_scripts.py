@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 
+from caffe._caffe import set_mode_cpu, set_mode_gpu
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.files import atomic_write
 from pycaffe_cli.log import setup_logging
@@ -24,6 +25,16 @@ def caffenet_defaults(script_path):
                                            os.pardir, "models", "caffenet"))
     return (os.path.join(folder, "deploy.prototxt"),
             os.path.join(folder, "bvlc_reference_caffenet.caffemodel"))
+
+
+def set_mode(gpu):
+    """BVLC's scripts' --gpu switch, with the line they print."""
+    if gpu:
+        set_mode_gpu()
+        print("GPU mode")
+    else:
+        set_mode_cpu()
+        print("CPU mode")
 
 
 class ScriptError(Exception):

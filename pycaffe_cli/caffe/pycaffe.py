@@ -7,6 +7,7 @@ A blob's ``data``/``diff`` are numpy views of the engine's own memory, so writin
 feeds the net. Mistakes (an unknown blob or layer, an input of the wrong shape, weights that
 do not fit) raise exceptions that name the blob, layer or file.
 """
+import os
 from collections import OrderedDict
 from itertools import zip_longest
 
@@ -69,6 +70,8 @@ class Net:
         self._layer_dict = NamedDict("layer", where, zip(engine.layer_names, self._layer_views))
         self._params_dict = NamedDict("layer with parameters", where, [
             (name, layer.blobs) for name, layer in self._layer_dict.items() if len(layer.blobs)])
+        self._top_names = self._names_by_layer(engine.top_ids)
+        self._bottom_names = self._names_by_layer(engine.bottom_ids)
 
     # --- what the net holds --------------------------------------------------------------
     @property
@@ -136,12 +139,12 @@ class Net:
     @property
     def top_names(self):
         """OrderedDict: layer name -> names of its top blobs."""
-        return self._names_by_layer(self._net.top_ids)
+        return self._top_names
 
     @property
     def bottom_names(self):
         """OrderedDict: layer name -> names of its bottom blobs."""
-        return self._names_by_layer(self._net.bottom_ids)
+        return self._bottom_names
 
     def _names_by_layer(self, ids):
         names = self._net.blob_names
@@ -247,7 +250,7 @@ class Net:
     def _known_blobs(self, names):
         names = list(names or [])
         for name in names:
-            if name not in self._net.blob_names:
+            if name not in self._blobs_dict:
                 raise KeyError(f"net {self._net.name!r} has no blob named {name!r}")
         return names
 
@@ -339,18 +342,11 @@ def _constructor_arguments(network_file, args, weights, kwargs):
 
 def _path(value, what):
     """A file argument as a str path (bytes and PathLike accepted)."""
-    if isinstance(value, bytes):
-        value = value.decode()
     try:
-        return str(value.__fspath__()) if hasattr(value, "__fspath__") else _as_str(value)
+        value = os.fspath(value)
     except TypeError:
         raise TypeError(f"{what} must be a file path, got {type(value).__name__}") from None
-
-
-def _as_str(value):
-    if not isinstance(value, str):
-        raise TypeError(type(value).__name__)
-    return value
+    return value.decode() if isinstance(value, bytes) else value
 
 
 __all__ = ["Blob", "CaffeError", "LayerView", "Net"]

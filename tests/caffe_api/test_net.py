@@ -16,15 +16,15 @@ def softmax(x):
 
 
 @pytest.fixture
-def net(write_file):
-    net = caffe.Net(write_file("net.prototxt", conv_ip_loss()), caffe.TRAIN)
+def net(write):
+    net = caffe.Net(write("net.prototxt", conv_ip_loss()), caffe.TRAIN)
     net.blobs["label"].data[...] = (np.arange(5) % 13).reshape(5, 1, 1, 1)
     return net
 
 
 @pytest.fixture
-def deploy(write_file):
-    return caffe.Net(write_file("deploy.prototxt", DEPLOY_IP), caffe.TEST)
+def deploy(write):
+    return caffe.Net(write("deploy.prototxt", DEPLOY_IP), caffe.TEST)
 
 
 def test_names_and_views(net):
@@ -93,8 +93,8 @@ def test_backward_from_the_loss(net):
     assert not net.params["conv"][0].diff.any()
 
 
-def test_backward_with_top_diffs(write_file):
-    deploy = caffe.Net(write_file("fb.prototxt", "force_backward: true" + DEPLOY_IP), caffe.TEST)
+def test_backward_with_top_diffs(write):
+    deploy = caffe.Net(write("fb.prototxt", "force_backward: true" + DEPLOY_IP), caffe.TEST)
     x = np.random.default_rng(3).normal(size=(4, 3, 2, 2))
     deploy.forward(data=x)
     prob = deploy.blobs["prob"].data.copy()
@@ -129,10 +129,10 @@ def test_reshape_changes_the_batch(deploy):
     assert deploy.forward(data=np.zeros((2, 3, 2, 2)))["prob"].shape == (2, 5)
 
 
-def test_save_and_load_both_constructors(net, write_file, tmp_path):
+def test_save_and_load_both_constructors(net, write, tmp_path):
     path = str(tmp_path / "w.caffemodel")
     net.save(path)
-    model = write_file("again.prototxt", conv_ip_loss())
+    model = write("again.prototxt", conv_ip_loss())
     legacy = caffe.Net(model, path, caffe.TRAIN)
     named = caffe.Net(model, caffe.TRAIN, weights=path)
     by_keywords = caffe.Net(model, phase=caffe.TRAIN, weights=path)
@@ -142,10 +142,10 @@ def test_save_and_load_both_constructors(net, write_file, tmp_path):
             assert all(np.array_equal(mine.data, other.data) for other in others)
 
 
-def test_hdf5_weights_and_copy_from(net, write_file, tmp_path):
+def test_hdf5_weights_and_copy_from(net, write, tmp_path):
     path = str(tmp_path / "w.caffemodel.h5")
     net.save_hdf5(path)
-    other = caffe.Net(write_file("again.prototxt", conv_ip_loss()), caffe.TRAIN)
+    other = caffe.Net(write("again.prototxt", conv_ip_loss()), caffe.TRAIN)
     other.load_hdf5(path)
     assert np.array_equal(other.params["ip"][0].data, net.params["ip"][0].data)
     other.params["ip"][0].data[...] = 0
@@ -153,8 +153,8 @@ def test_hdf5_weights_and_copy_from(net, write_file, tmp_path):
     assert np.array_equal(other.params["ip"][0].data, net.params["ip"][0].data)
 
 
-def test_share_with(net, write_file):
-    other = caffe.Net(write_file("again.prototxt", conv_ip_loss()), caffe.TRAIN)
+def test_share_with(net, write):
+    other = caffe.Net(write("again.prototxt", conv_ip_loss()), caffe.TRAIN)
     other.share_with(net)
     net.params["ip"][0].data[...] = 7
     assert (other.params["ip"][0].data == 7).all()
@@ -190,13 +190,13 @@ layer { name: "train" type: "InnerProduct" bottom: "data" top: "train"
     ((caffe.TRAIN,), {"level": 2, "stages": ("a", "b")}, ["data", "any", "one", "a_and_b",
                                                           "train"]),
 ])
-def test_net_state(write_file, args, kwargs, blobs):
-    net = caffe.Net(write_file("levels.prototxt", LEVELS), *args, **kwargs)
+def test_net_state(write, args, kwargs, blobs):
+    net = caffe.Net(write("levels.prototxt", LEVELS), *args, **kwargs)
     assert [name for name in net.blobs if "_split_" not in name] == blobs
 
 
-def test_set_input_arrays(write_file):
-    net = caffe.Net(write_file("memory.prototxt", """
+def test_set_input_arrays(write):
+    net = caffe.Net(write("memory.prototxt", """
         layer { name: "data" type: "MemoryData" top: "data" top: "label"
           memory_data_param { batch_size: 2 channels: 1 height: 1 width: 3 } }
         """), caffe.TEST)
@@ -241,26 +241,26 @@ def test_wrong_input_shapes_name_the_blob(deploy):
         deploy.forward(data=np.zeros((4, 3, 5, 5)))
 
 
-def test_file_errors_name_the_file(write_file, tmp_path, net):
+def test_file_errors_name_the_file(write, tmp_path, net):
     with pytest.raises(caffe.pycaffe.CaffeError, match="missing.prototxt"):
         caffe.Net(str(tmp_path / "missing.prototxt"), caffe.TEST)
-    model = write_file("deploy.prototxt", DEPLOY_IP)
+    model = write("deploy.prototxt", DEPLOY_IP)
     with pytest.raises(caffe.pycaffe.CaffeError, match="nothere.caffemodel"):
         caffe.Net(model, caffe.TEST, weights=str(tmp_path / "nothere.caffemodel"))
     other = str(tmp_path / "other.caffemodel")
     net.save(other)
     deploy = caffe.Net(model, caffe.TEST)
-    deploy_like = write_file("ip.prototxt", DEPLOY_IP.replace('"deploy"', '"x"'))
+    deploy_like = write("ip.prototxt", DEPLOY_IP.replace('"deploy"', '"x"'))
     assert caffe.Net(deploy_like, caffe.TEST)   # builds; only the weights below do not fit
-    bad = write_file("bad.prototxt", conv_ip_loss().replace('name: "conv"', 'name: "ip"', 1)
-                     .replace('name: "ip" bottom: "conv"', 'name: "ip2" bottom: "conv"'))
+    bad = write("bad.prototxt", conv_ip_loss().replace('name: "conv"', 'name: "ip"', 1)
+                .replace('name: "ip" bottom: "conv"', 'name: "ip2" bottom: "conv"'))
     with pytest.raises(caffe.pycaffe.CaffeError, match=r"other.caffemodel.*layer 'ip'"):
         caffe.Net(bad, caffe.TRAIN, weights=other)
     del deploy
 
 
-def test_bad_phase_and_arguments(write_file):
-    model = write_file("deploy.prototxt", DEPLOY_IP)
+def test_bad_phase_and_arguments(write):
+    model = write("deploy.prototxt", DEPLOY_IP)
     with pytest.raises(ValueError, match="caffe.TRAIN .0. or caffe.TEST .1., got 'test'"):
         caffe.Net(model, "test")
     with pytest.raises(TypeError, match="network_file, phase"):
@@ -270,10 +270,10 @@ def test_bad_phase_and_arguments(write_file):
 
 
 @pytest.mark.gpu
-def test_gpu_mode_gives_the_cpu_numbers(write_file):
+def test_gpu_mode_gives_the_cpu_numbers(write):
     from tests.gpu_helpers import skip_without_cuda
     skip_without_cuda()
-    model = write_file("fb.prototxt", "force_backward: true" + DEPLOY_IP)
+    model = write("fb.prototxt", "force_backward: true" + DEPLOY_IP)
     net = caffe.Net(model, caffe.TEST)
     x = np.random.default_rng(7).normal(size=(4, 3, 2, 2))
     top = np.random.default_rng(8).normal(size=(4, 5))

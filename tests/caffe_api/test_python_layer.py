@@ -100,17 +100,17 @@ def python_layer(name, module, cls, bottom="", top="", extra=""):
             f'python_param {{ module: "{module}" layer: "{cls}" {extra} }} }}\n')
 
 
-def chain_net(write_file, module):
+def chain_net(write, module):
     text = ('name: "chain" force_backward: true\ninput: "data" '
             'input_shape { dim: 10 dim: 9 dim: 8 }\n'
             + python_layer("one", module, "TimesParam", "data", "one")
             + python_layer("two", module, "TimesParam", "one", "two", 'param_str: "2"')
             + python_layer("three", module, "TimesParam", "two", "three", 'param_str: "0.5"'))
-    return caffe.Net(write_file("chain.prototxt", text), caffe.TRAIN)
+    return caffe.Net(write("chain.prototxt", text), caffe.TRAIN)
 
 
-def test_forward_backward_and_reshape(write_file, module):
-    net = chain_net(write_file, module)
+def test_forward_backward_and_reshape(write, module):
+    net = chain_net(write, module)
     net.blobs["data"].data[...] = 8
     net.forward()
     assert set(net.blobs["three"].data.flat) == {80.0}
@@ -123,17 +123,17 @@ def test_forward_backward_and_reshape(write_file, module):
     assert net.layer_dict["two"].type == "Python" and net.layer_dict["two"].factor == 2.0
 
 
-def test_the_users_exception_comes_back_as_itself(write_file, module):
+def test_the_users_exception_comes_back_as_itself(write, module):
     text = ('input: "data" input_shape { dim: 2 }\n'
             + python_layer("bad", module, "Failing", "data", "out"))
     with pytest.raises(RuntimeError, match="setup says no"):
-        caffe.Net(write_file("bad.prototxt", text), caffe.TEST)
+        caffe.Net(write("bad.prototxt", text), caffe.TEST)
 
 
-def test_learnable_blobs_are_saved_loaded_and_shared(write_file, module, tmp_path):
-    path = write_file("p.prototxt", 'force_backward: true input: "data" '
-                      'input_shape { dim: 2 dim: 3 }\n'
-                      + python_layer("layer", module, "Learnable", "data", "out"))
+def test_learnable_blobs_are_saved_loaded_and_shared(write, module, tmp_path):
+    path = write("p.prototxt", 'force_backward: true input: "data" '
+                 'input_shape { dim: 2 dim: 3 }\n'
+                 + python_layer("layer", module, "Learnable", "data", "out"))
     net = caffe.Net(path, caffe.TRAIN)
     net.forward()
     net.backward()
@@ -151,13 +151,13 @@ def test_learnable_blobs_are_saved_loaded_and_shared(write_file, module, tmp_pat
     assert other.layer_dict["layer"].blobs[0].data[0] == 1
 
 
-def test_phase(write_file, module):
-    path = write_file("phase.prototxt", python_layer("layer", module, "Phase", top="phase"))
+def test_phase(write, module):
+    path = write("phase.prototxt", python_layer("layer", module, "Phase", top="phase"))
     for phase in (caffe.TRAIN, caffe.TEST):
         assert caffe.Net(path, phase).forward()["phase"] == phase
 
 
-def test_engine_layer_base_still_works(write_file, tmp_path, monkeypatch):
+def test_engine_layer_base_still_works(write, tmp_path, monkeypatch):
     name = f"engine_layers_{uuid.uuid4().hex[:10]}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent("""
         from pycaffe_cli.layers.base import Layer
@@ -170,8 +170,8 @@ def test_engine_layer_base_still_works(write_file, tmp_path, monkeypatch):
                 top[0].data[...] = 2 * bottom[0].data
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    path = write_file("e.prototxt", 'input: "x" input_shape { dim: 3 }\n'
-                      + python_layer("double", name, "Double", "x", "y"))
+    path = write("e.prototxt", 'input: "x" input_shape { dim: 3 }\n'
+                 + python_layer("double", name, "Double", "x", "y"))
     try:
         net = caffe.Net(path, caffe.TEST)
         assert net.forward(x=np.array([1.0, 2, 3]))["y"].tolist() == [2, 4, 6]
@@ -195,8 +195,8 @@ layer { type: "Python" name: "loss" top: "loss" bottom: "ipx" bottom: "ipy"
 """
 
 
-def test_python_loss_layer_matches_numpy(write_file, module):
-    net = caffe.Net(write_file("linreg.prototxt", LINREG.replace("MODULE", module)),
+def test_python_loss_layer_matches_numpy(write, module):
+    net = caffe.Net(write("linreg.prototxt", LINREG.replace("MODULE", module)),
                     caffe.TRAIN)
     loss = net.forward()["loss"]
     ipx, ipy = net.blobs["ipx"].data, net.blobs["ipy"].data
@@ -207,9 +207,9 @@ def test_python_loss_layer_matches_numpy(write_file, module):
 
 
 @pytest.mark.slow
-def test_python_loss_layer_trains_from_the_command_line(write_file, module, tmp_path):
-    write_file("linreg.prototxt", LINREG.replace("MODULE", module))
-    write_file("solver.prototxt", """
+def test_python_loss_layer_trains_from_the_command_line(write, module, tmp_path):
+    write("linreg.prototxt", LINREG.replace("MODULE", module))
+    write("solver.prototxt", """
         net: "linreg.prototxt" base_lr: 0.01 momentum: 0.9 lr_policy: "fixed"
         max_iter: 40 display: 10 random_seed: 3 snapshot_after_train: false
         """)

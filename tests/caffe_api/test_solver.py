@@ -17,9 +17,9 @@ display: 0 max_iter: 20 snapshot_after_train: false snapshot_prefix: "{prefix}"
 
 
 @pytest.fixture
-def solver_file(write_file, tmp_path):
-    net = write_file("net.prototxt", conv_ip_loss())
-    return write_file("solver.prototxt", SOLVER.format(net=net, prefix=tmp_path / "model"))
+def solver_file(write, tmp_path):
+    net = write("net.prototxt", conv_ip_loss())
+    return write("solver.prototxt", SOLVER.format(net=net, prefix=tmp_path / "model"))
 
 
 def fill_labels(net):
@@ -30,20 +30,20 @@ def fill_labels(net):
     (caffe.SGDSolver, "SGD"), (caffe.NesterovSolver, "Nesterov"),
     (caffe.AdaGradSolver, "AdaGrad"), (caffe.RMSPropSolver, "RMSProp"),
     (caffe.AdaDeltaSolver, "AdaDelta"), (caffe.AdamSolver, "Adam")])
-def test_each_solver_class_uses_its_rule(write_file, tmp_path, cls, type_name):
-    net = write_file("net.prototxt", conv_ip_loss())
+def test_each_solver_class_uses_its_rule(write, tmp_path, cls, type_name):
+    net = write("net.prototxt", conv_ip_loss())
     text = SOLVER.format(net=net, prefix=tmp_path / "model")
     if type_name in ("AdaGrad", "RMSProp"):   # Caffe refuses momentum for these two
         text = text.replace("momentum: 0.9", "")
-    solver = cls(write_file("solver.prototxt", text))
+    solver = cls(write("solver.prototxt", text))
     assert solver._solver.type == type_name
     assert solver.iter == 0 and solver.param.max_iter == 20
 
 
-def test_get_solver_uses_the_files_type(write_file, tmp_path):
-    net = write_file("net.prototxt", conv_ip_loss())
-    path = write_file("adam.prototxt", SOLVER.format(net=net, prefix=tmp_path / "m")
-                      + 'type: "Adam"\n')
+def test_get_solver_uses_the_files_type(write, tmp_path):
+    net = write("net.prototxt", conv_ip_loss())
+    path = write("adam.prototxt", SOLVER.format(net=net, prefix=tmp_path / "m")
+                 + 'type: "Adam"\n')
     assert caffe.get_solver(path)._solver.type == "Adam"
 
 
@@ -137,11 +137,11 @@ def test_missing_solver_file_names_it(tmp_path):
         caffe.SGDSolver(str(tmp_path / "no_solver.prototxt"))
 
 
-def test_snapshot_prefix_default_is_relative_to_the_working_directory(write_file, tmp_path,
+def test_snapshot_prefix_default_is_relative_to_the_working_directory(write, tmp_path,
                                                                       monkeypatch):
     monkeypatch.chdir(tmp_path)
-    net = write_file("net.prototxt", conv_ip_loss())
-    path = write_file("s.prototxt", SOLVER.format(net=net, prefix="model"))
+    net = write("net.prototxt", conv_ip_loss())
+    path = write("s.prototxt", SOLVER.format(net=net, prefix="model"))
     solver = caffe.SGDSolver(path)
     solver.snapshot()
     assert os.path.isfile("model_iter_0.caffemodel")

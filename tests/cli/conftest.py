@@ -2,7 +2,6 @@
 import contextlib
 import io
 import signal
-import textwrap
 
 import pytest
 
@@ -56,13 +55,3 @@ def run_cli():
             backend.set_mode_cpu()
         return Result(code, err.getvalue(), out.getvalue())
     return run
-
-
-@pytest.fixture
-def write(tmp_path):
-    """Write dedented text to tmp_path/name and return the path as a string."""
-    def write_file(name, text):
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(text))
-        return str(path)
-    return write_file

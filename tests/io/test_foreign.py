@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.io.foreign import FIELDS, LAYER_TYPES, layer_type_hint, parse_error_hint
 from pycaffe_cli.proto import caffe_pb2
-from tests.cli.conftest import run_cli, write  # noqa: F401 (fixtures)
+from tests.cli.conftest import run_cli  # noqa: F401 (fixture)
 
 
 INPUT = ('layer { name: "data" type: "Input" top: "data"\n'
