@@ -38,11 +38,11 @@ demo-mlp: setup
 
 # The whole suite, slow end-to-end runs included (what CI runs).
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 # Everything but the slow end-to-end runs.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow"
 
 # The suite on a real NVIDIA GPU instead of numba's CUDA simulator (adds the gpu extra first).
 test-gpu: setup-gpu

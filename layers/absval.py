@@ -32,14 +32,14 @@ class AbsValLayer(NeuronLayer):
             np.multiply(np.sign(bottom[0].data), top[0].diff, out=bottom[0].diff)
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
-        launch(_absval_forward_kernel, x.size, x, top[0].gpu_data)
+        x = bottom[0].gpu_data
+        launch(_absval_forward_kernel, x.size, x, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[0]:
-            x = bottom[0].gpu_data_for_reading()
-            launch(_absval_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
-                   bottom[0].gpu_diff)
+            x = bottom[0].gpu_data
+            launch(_absval_backward_kernel, x.size, x, top[0].gpu_diff,
+                   bottom[0].mutable_gpu_diff)
 
 
 # --- GPU ------------------------------------------------------------------------------------

@@ -85,16 +85,16 @@ class AccuracyLayer(Layer):
     def forward_gpu(self, bottom, top):
         positions = self.outer * self.inner
         num_classes = bottom[0].shape[self.axis]
-        labels = bottom[1].gpu_data_for_reading()
+        labels = bottom[1].gpu_data
         count = count_labels_gpu(self, bottom[1], num_classes, self.ignore_label)
         ignore, has_ignore = ignore_args(self.ignore_label)
-        hits = self._gpu_hits.gpu_data
-        launch(_hits_kernel, positions, bottom[0].gpu_data_for_reading(), labels, num_classes,
+        hits = self._gpu_hits.mutable_gpu_data
+        launch(_hits_kernel, positions, bottom[0].gpu_data, labels, num_classes,
                self.inner, self.top_k, ignore, has_ignore, hits)
-        gpu.sum_into(positions, hits, max(count, 1), top[0].gpu_data)
+        gpu.sum_into(positions, hits, max(count, 1), top[0].mutable_gpu_data)
         if len(top) > 1:
-            launch(_per_class_kernel, num_classes, labels, self._gpu_hits.gpu_data_for_reading(),
-                   positions, ignore, has_ignore, top[1].gpu_data)
+            launch(_per_class_kernel, num_classes, labels, self._gpu_hits.gpu_data,
+                   positions, ignore, has_ignore, top[1].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         # nothing to compute, nor to copy: only the check (and no CPU-fallback log line)

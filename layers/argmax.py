@@ -102,8 +102,8 @@ class ArgMaxLayer(Layer):
         else:
             outer, dim, inner = source.shape[0], source.count(1), 1
             mode = FLAT_BOTH if self.out_max_val else FLAT_INDICES
-        launch(_top_k_kernel, outer * inner, source.gpu_data_for_reading(), dim, inner,
-               self.top_k, mode, top[0].gpu_data)
+        launch(_top_k_kernel, outer * inner, source.gpu_data, dim, inner,
+               self.top_k, mode, top[0].mutable_gpu_data)
 
     backward_gpu = backward_cpu  # nothing to compute; only the error for a requested gradient
 

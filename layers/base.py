@@ -223,8 +223,8 @@ class Layer:
         loss = 0.0
         for blob, weight in zip(top, self.loss_weights):
             if weight:
-                data = blob.read_data().ravel()
-                loss += float(np.dot(data.astype(np.float64), blob.read_diff().ravel()))
+                data = blob.cpu_data.ravel()
+                loss += float(np.dot(data.astype(np.float64), blob.cpu_diff.ravel()))
         return loss
 
     # --- resumable state -----------------------------------------------------------------

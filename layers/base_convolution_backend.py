@@ -163,19 +163,19 @@ class GpuConvBackend:
     # --- blobs and buffers ---------------------------------------------------------------
     @staticmethod
     def read_data(blob):
-        return blob.gpu_data_for_reading()
-
-    @staticmethod
-    def write_data(blob):
         return blob.gpu_data
 
     @staticmethod
+    def write_data(blob):
+        return blob.mutable_gpu_data
+
+    @staticmethod
     def read_diff(blob):
-        return blob.gpu_diff_for_reading()
+        return blob.gpu_diff
 
     @staticmethod
     def write_diff(blob):
-        return blob.gpu_diff
+        return blob.mutable_gpu_diff
 
     def _buffer(self, name, size, value=None):
         """Device buffer ``name`` of at least ``size`` elements (grown, never shrunk), set to

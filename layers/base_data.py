@@ -111,10 +111,10 @@ class BasePrefetchingDataLayer(Layer):
         top[0].reshape(batch.data.shape)
         if "data" not in batch.device:   # made before GPU mode was switched on
             _push_to_device(batch)
-        memory.copy(batch.device["data"], top[0].gpu_data)
+        memory.copy(batch.device["data"], top[0].mutable_gpu_data)
         if self.output_labels:
             top[1].reshape(batch.label.shape)
-            memory.copy(batch.device["label"], top[1].gpu_data)
+            memory.copy(batch.device["label"], top[1].mutable_gpu_data)
         self._position = batch.position
         self._prefetcher.recycle(batch)
 

@@ -162,44 +162,44 @@ class BatchNormLayer(Layer):
 
     def _gpu_buffers(self):
         """Flat device views (mean, var, std) of ``channels`` values each."""
-        stats, c = self._gpu_stats.gpu_data, self.channels
+        stats, c = self._gpu_stats.mutable_gpu_data, self.channels
         return stats[:c], stats[c:2 * c], stats[2 * c:]
 
     def forward_gpu(self, bottom, top):
         if bottom[0].count() == 0:
             return
         num, channels, inner = self._gpu_view(bottom[0])
-        x = bottom[0].gpu_data_for_reading()
+        x = bottom[0].gpu_data
         mean, var, std = self._gpu_buffers()
         if self.use_global_stats:
-            launch(_global_stats_kernel, channels, self.blobs[0].gpu_data_for_reading(),
-                   self.blobs[1].gpu_data_for_reading(), self.blobs[2].gpu_data_for_reading(),
+            launch(_global_stats_kernel, channels, self.blobs[0].gpu_data,
+                   self.blobs[1].gpu_data, self.blobs[2].gpu_data,
                    self.eps, mean, std)
         else:
             channel_stats.moments(x, num, channels, inner, mean, var)
             m = num * inner
             correction = np.float32(m / (m - 1)) if m > 1 else np.float32(1.0)
             launch(_running_sums_kernel, channels, mean, var, self.moving_average_fraction,
-                   correction, self.eps, self.blobs[0].gpu_data, self.blobs[1].gpu_data,
-                   self.blobs[2].gpu_data, std)
-        channel_stats.normalize(x, channels, inner, mean, std, top[0].gpu_data,
-                                self._gpu_x_norm.gpu_data)
+                   correction, self.eps, self.blobs[0].mutable_gpu_data, self.blobs[1].mutable_gpu_data,
+                   self.blobs[2].mutable_gpu_data, std)
+        channel_stats.normalize(x, channels, inner, mean, std, top[0].mutable_gpu_data,
+                                self._gpu_x_norm.mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0] or bottom[0].count() == 0:
             return
         num, channels, inner = self._gpu_view(bottom[0])
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         # mean(dy) and mean(dy * y) reuse the mean and var buffers (forward is done with them)
         mean_dy, mean_dy_y, std = self._gpu_buffers()
         if self.use_global_stats:
             channel_stats.normalize_backward(channel_stats.SCALE, dy, channels, inner, std,
-                                             bottom[0].gpu_diff)
+                                             bottom[0].mutable_gpu_diff)
             return
-        y = self._gpu_x_norm.gpu_data_for_reading()
+        y = self._gpu_x_norm.gpu_data
         channel_stats.dot_means(dy, y, num, channels, inner, mean_dy, mean_dy_y)
         channel_stats.normalize_backward(channel_stats.FULL, dy, channels, inner, std,
-                                         bottom[0].gpu_diff, y, mean_dy, mean_dy_y)
+                                         bottom[0].mutable_gpu_diff, y, mean_dy, mean_dy_y)
 
 
 @cuda.jit(cache=True)

@@ -37,7 +37,7 @@ class BatchReindexLayer(Layer):
         top[0].reshape((bottom[1].shape[0],) + bottom[0].shape[1:])
 
     def _indices(self, bottom):
-        values, batch = bottom[1].read_data().ravel(), bottom[0].shape[0]
+        values, batch = bottom[1].cpu_data.ravel(), bottom[0].shape[0]
         if (values < 0).any():
             raise self.error("Index specified for reindex layer was negative.")
         if (values >= batch).any():
@@ -64,16 +64,16 @@ class BatchReindexLayer(Layer):
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         self._indices(bottom)  # the range check
-        copy.gather_rows(bottom[1].gpu_data_for_reading(), bottom[1].count(),
-                         bottom[0].shape[0], bottom[0].count(1), bottom[0].gpu_data_for_reading(),
-                         top[0].gpu_data)
+        copy.gather_rows(bottom[1].gpu_data, bottom[1].count(),
+                         bottom[0].shape[0], bottom[0].count(1), bottom[0].gpu_data,
+                         top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[1]:
             raise self.error("Cannot backprop to index.")
         if not propagate_down[0]:
             return
-        self._row_order.gather_add_rows(bottom[1].gpu_data_for_reading(), bottom[1].count(),
+        self._row_order.gather_add_rows(bottom[1].gpu_data, bottom[1].count(),
                                         bottom[0].shape[0], bottom[0].count(1),
-                                        top[0].gpu_diff_for_reading(), bottom[0].gpu_diff,
+                                        top[0].gpu_diff, bottom[0].mutable_gpu_diff,
                                         accumulate=False)

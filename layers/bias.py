@@ -106,18 +106,18 @@ class BiasLayer(Layer):
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         outer, dim, inner = self.dims
-        broadcast(bottom[0].gpu_data_for_reading(), self._bias(bottom).gpu_data_for_reading(),
-                  dim, inner, False, top[0].gpu_data)
+        broadcast(bottom[0].gpu_data, self._bias(bottom).gpu_data,
+                  dim, inner, False, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         learnable = len(bottom) == 1
         if learnable and self.param_propagate_down[0]:
-            self._gpu_gradient.run(self.dims, dy, None, self.blobs[0].gpu_diff, True)
+            self._gpu_gradient.run(self.dims, dy, None, self.blobs[0].mutable_gpu_diff, True)
         elif not learnable and propagate_down[1]:
-            self._gpu_gradient.run(self.dims, dy, None, bottom[1].gpu_diff, False)
+            self._gpu_gradient.run(self.dims, dy, None, bottom[1].mutable_gpu_diff, False)
         if propagate_down[0] and bottom[0] is not top[0]:
-            memory.copy(dy, bottom[0].gpu_diff)
+            memory.copy(dy, bottom[0].mutable_gpu_diff)
 
 
 def broadcast(x, operand, dim, inner, multiply, y):

@@ -49,15 +49,15 @@ class BNLLLayer(NeuronLayer):
         bottom[0].diff[...] = numerator / (e.astype(np.float64) + 1.0)
 
     def forward_gpu(self, bottom, top):
-        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), top[0] is bottom[0])
-        launch(_bnll_forward_kernel, x.size, x, top[0].gpu_data)
+        x = self._gpu_input.keep_if(bottom[0].gpu_data, top[0] is bottom[0])
+        launch(_bnll_forward_kernel, x.size, x, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         x = self._gpu_input.kept_or(bottom[0], top[0] is bottom[0])
-        launch(_bnll_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
-               bottom[0].gpu_diff, BNLL_THRESHOLD)
+        launch(_bnll_backward_kernel, x.size, x, top[0].gpu_diff,
+               bottom[0].mutable_gpu_diff, BNLL_THRESHOLD)
 
 
 # --- GPU ------------------------------------------------------------------------------------

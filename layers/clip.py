@@ -48,15 +48,15 @@ class ClipLayer(NeuronLayer):
         np.multiply(top[0].diff, inside, out=bottom[0].diff)
 
     def forward_gpu(self, bottom, top):
-        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), top[0] is bottom[0])
-        launch(_clip_forward_kernel, x.size, x, top[0].gpu_data, self.min, self.max)
+        x = self._gpu_input.keep_if(bottom[0].gpu_data, top[0] is bottom[0])
+        launch(_clip_forward_kernel, x.size, x, top[0].mutable_gpu_data, self.min, self.max)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         x = self._gpu_input.kept_or(bottom[0], top[0] is bottom[0])
-        launch(_clip_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
-               bottom[0].gpu_diff, self.min, self.max)
+        launch(_clip_backward_kernel, x.size, x, top[0].gpu_diff,
+               bottom[0].mutable_gpu_diff, self.min, self.max)
 
 
 # --- GPU ------------------------------------------------------------------------------------

@@ -90,19 +90,19 @@ class ConcatLayer(Layer):
         if len(bottom) == 1:
             return
         outer, total, inner = outer_axis_inner(top[0], self._axis)
-        out = top[0].gpu_data
+        out = top[0].mutable_gpu_data
         for i, n, offset in self._blocks(bottom):
-            copy.copy_block(bottom[i].gpu_data_for_reading(), out, outer, n, inner, n, 0,
+            copy.copy_block(bottom[i].gpu_data, out, outer, n, inner, n, 0,
                             total, offset)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if len(bottom) == 1:
             return
         outer, total, inner = outer_axis_inner(top[0], self._axis)
-        grad = top[0].gpu_diff_for_reading()
+        grad = top[0].gpu_diff
         for i, n, offset in self._blocks(bottom):
             if propagate_down[i]:
-                copy.copy_block(grad, bottom[i].gpu_diff, outer, n, inner, total, offset, n,
+                copy.copy_block(grad, bottom[i].mutable_gpu_diff, outer, n, inner, total, offset, n,
                                 0)
 
 

@@ -98,21 +98,21 @@ class ContrastiveLossLayer(LossLayer):
 
     # --- GPU ---------------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
-        terms = self._gpu_pairs.gpu_diff
-        launch(_pair_terms_kernel, self.num, self.channels, bottom[0].gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), bottom[2].gpu_data_for_reading(),
-               self.margin, self.legacy, self._gpu_pairs.gpu_data, terms)
-        gpu.sum_into(self.num, terms, 2.0 * self.num, top[0].gpu_data)
+        terms = self._gpu_pairs.mutable_gpu_diff
+        launch(_pair_terms_kernel, self.num, self.channels, bottom[0].gpu_data,
+               bottom[1].gpu_data, bottom[2].gpu_data,
+               self.margin, self.legacy, self._gpu_pairs.mutable_gpu_data, terms)
+        gpu.sum_into(self.num, terms, 2.0 * self.num, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         for i, sign in ((0, 1.0), (1, -1.0)):
             if propagate_down[i]:
-                alpha = np.float32(sign * top[0].read_diff()[()] / self.num)
+                alpha = np.float32(sign * top[0].cpu_diff[()] / self.num)
                 launch(_contrastive_backward_kernel, self.num * self.channels, self.channels,
-                       bottom[0].gpu_data_for_reading(), bottom[1].gpu_data_for_reading(),
-                       bottom[2].gpu_data_for_reading(),
-                       self._gpu_pairs.gpu_data_for_reading(), self.margin, self.legacy,
-                       alpha, bottom[i].gpu_diff)
+                       bottom[0].gpu_data, bottom[1].gpu_data,
+                       bottom[2].gpu_data,
+                       self._gpu_pairs.gpu_data, self.margin, self.legacy,
+                       alpha, bottom[i].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

@@ -74,14 +74,14 @@ class CropLayer(Layer):
 
     def forward_gpu(self, bottom, top):
         shape, start, strides, top_strides = self._window(bottom, top)
-        copy.strided_copy(shape, bottom[0].gpu_data_for_reading(), start, strides,
-                          top[0].gpu_data, 0, top_strides)
+        copy.strided_copy(shape, bottom[0].gpu_data, start, strides,
+                          top[0].mutable_gpu_data, 0, top_strides)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         shape, start, strides, top_strides = self._window(bottom, top)
-        diff = bottom[0].gpu_diff
+        diff = bottom[0].mutable_gpu_diff
         memory.fill(diff, 0)
-        copy.strided_copy(shape, top[0].gpu_diff_for_reading(), 0, top_strides, diff, start,
+        copy.strided_copy(shape, top[0].gpu_diff, 0, top_strides, diff, start,
                           strides)

@@ -75,27 +75,27 @@ class DropoutLayer(NeuronLayer):
             np.multiply(top[0].diff, np.float32(1.0 - self.ratio), out=bottom[0].diff)
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
+        x = bottom[0].gpu_data
         if self.phase == caffe_pb2.TRAIN:
             self._gpu_seed = backend.rng().integers(0, 2 ** 64, dtype=np.uint64)
-            self._apply_mask_gpu(x, top[0].gpu_data)
+            self._apply_mask_gpu(x, top[0].mutable_gpu_data)
         elif self.scale_train:
             if top[0] is not bottom[0]:
-                memory.copy(x, top[0].gpu_data)
+                memory.copy(x, top[0].mutable_gpu_data)
         else:
-            gpu_math.axpby(x.size, np.float32(1.0 - self.ratio), x, 0.0, top[0].gpu_data)
+            gpu_math.axpby(x.size, np.float32(1.0 - self.ratio), x, 0.0, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         if self.phase == caffe_pb2.TRAIN:
-            self._apply_mask_gpu(dy, bottom[0].gpu_diff)
+            self._apply_mask_gpu(dy, bottom[0].mutable_gpu_diff)
         elif self.scale_train:
             if top[0] is not bottom[0]:
-                memory.copy(dy, bottom[0].gpu_diff)
+                memory.copy(dy, bottom[0].mutable_gpu_diff)
         else:
-            gpu_math.axpby(dy.size, np.float32(1.0 - self.ratio), dy, 0.0, bottom[0].gpu_diff)
+            gpu_math.axpby(dy.size, np.float32(1.0 - self.ratio), dy, 0.0, bottom[0].mutable_gpu_diff)
 
     def _apply_mask_gpu(self, source, destination):
         """destination = source * mask * train scale, the mask of the last forward's seed."""

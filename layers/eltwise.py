@@ -123,8 +123,8 @@ class EltwiseLayer(Layer):
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         n = top[0].count()
-        out = top[0].gpu_data
-        data = [blob.gpu_data_for_reading() for blob in bottom]
+        out = top[0].mutable_gpu_data
+        data = [blob.gpu_data for blob in bottom]
         if self._op == SUM:
             c = [np.float32(value) for value in self._coeffs]
             launch(_weighted_sum_kernel, n, c[0], data[0], c[1], data[1], out)
@@ -135,18 +135,18 @@ class EltwiseLayer(Layer):
             for x in data[2:]:
                 gpu_math.mul(n, out, x, out)
         else:
-            index = self._gpu_max_index.gpu_data
+            index = self._gpu_max_index.mutable_gpu_data
             launch(_max_first_kernel, n, data[0], data[1], out, index)
             for i in range(2, len(bottom)):
                 launch(_max_next_kernel, n, data[i], np.float32(i), out, index)
 
     def backward_gpu(self, top, propagate_down, bottom):
         n = top[0].count()
-        top_diff = top[0].gpu_diff_for_reading()
+        top_diff = top[0].gpu_diff
         for i, blob in enumerate(bottom):
             if not propagate_down[i]:
                 continue
-            diff = blob.gpu_diff
+            diff = blob.mutable_gpu_diff
             if self._op == SUM:
                 c = self._coeffs[i]
                 if c == 1.0:
@@ -157,17 +157,17 @@ class EltwiseLayer(Layer):
                 self._prod_grad_gpu(i, top, bottom, diff)
                 gpu_math.mul(n, diff, top_diff, diff)
             else:
-                launch(_max_backward_kernel, n, self._gpu_max_index.gpu_data_for_reading(),
+                launch(_max_backward_kernel, n, self._gpu_max_index.gpu_data,
                        np.float32(i), top_diff, diff)
 
     def _prod_grad_gpu(self, i, top, bottom, out):
         """out = d top / d b_i, as ``_prod_grad`` computes it."""
         n = top[0].count()
         if not self._stable_prod_grad:
-            gpu_math.div(n, top[0].gpu_data_for_reading(), bottom[i].gpu_data_for_reading(),
+            gpu_math.div(n, top[0].gpu_data, bottom[i].gpu_data,
                          out)
             return
-        others = [blob.gpu_data_for_reading() for j, blob in enumerate(bottom) if j != i]
+        others = [blob.gpu_data for j, blob in enumerate(bottom) if j != i]
         memory.copy(others[0], out)
         for data in others[1:]:
             gpu_math.mul(n, out, data, out)

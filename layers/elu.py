@@ -51,8 +51,8 @@ class ELULayer(NeuronLayer):
 
     def forward_gpu(self, bottom, top):
         in_place = top[0] is bottom[0]
-        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), in_place)
-        y = top[0].gpu_data
+        x = self._gpu_input.keep_if(bottom[0].gpu_data, in_place)
+        y = top[0].mutable_gpu_data
         launch(_elu_forward_kernel, x.size, x, y, self.alpha)
         self._gpu_output.keep_if(y, in_place)
 
@@ -62,8 +62,8 @@ class ELULayer(NeuronLayer):
         in_place = top[0] is bottom[0]
         x = self._gpu_input.kept_or(bottom[0], in_place)
         y = self._gpu_output.kept_or(top[0], in_place)
-        launch(_elu_backward_kernel, x.size, x, y, top[0].gpu_diff_for_reading(),
-               bottom[0].gpu_diff, self.alpha)
+        launch(_elu_backward_kernel, x.size, x, y, top[0].gpu_diff,
+               bottom[0].mutable_gpu_diff, self.alpha)
 
 
 # --- GPU ------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class EmbedLayer(Layer):
         top[0].reshape(bottom[0].shape + (self.num_output,))
 
     def _indices(self, bottom):
-        values = bottom[0].read_data().ravel()
+        values = bottom[0].cpu_data.ravel()
         index = values.astype(np.int64)
         bad = (index < 0) | (index >= self.input_dim)
         if bad.any():
@@ -100,20 +100,20 @@ class EmbedLayer(Layer):
         if bottom[0].data_memory.head in (Head.AT_CPU, Head.SYNCED):
             self._indices(bottom)  # the range check, free while the host copy is current
         m, n = bottom[0].count(), self.num_output
-        y = top[0].gpu_data
-        copy.gather_rows(bottom[0].gpu_data_for_reading(), m, self.input_dim, n,
-                         self.blobs[0].gpu_data_for_reading(), y)
+        y = top[0].mutable_gpu_data
+        copy.gather_rows(bottom[0].gpu_data, m, self.input_dim, n,
+                         self.blobs[0].gpu_data, y)
         if self.bias_term:
-            layout.add_channel_bias(y, m, n, 1, self.blobs[1].gpu_data_for_reading())
+            layout.add_channel_bias(y, m, n, 1, self.blobs[1].gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[0]:
             raise self.error("Can't backpropagate to EmbedLayer input.")
         m, n = bottom[0].count(), self.num_output
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         if self.param_propagate_down[0]:
-            self._row_order.gather_add_rows(bottom[0].gpu_data_for_reading(), m,
-                                            self.input_dim, n, dy, self.blobs[0].gpu_diff,
+            self._row_order.gather_add_rows(bottom[0].gpu_data, m,
+                                            self.input_dim, n, dy, self.blobs[0].mutable_gpu_diff,
                                             accumulate=True)
         if self.bias_term and self.param_propagate_down[1]:
-            self._gpu_bias_gradient.run((m, n, 1), dy, None, self.blobs[1].gpu_diff, True)
+            self._gpu_bias_gradient.run((m, n, 1), dy, None, self.blobs[1].mutable_gpu_diff, True)

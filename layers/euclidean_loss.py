@@ -44,18 +44,18 @@ class EuclideanLossLayer(LossLayer):
 
     def forward_gpu(self, bottom, top):
         count = bottom[0].count()
-        difference = self._gpu_difference.gpu_data
-        gpu_math.sub(count, bottom[0].gpu_data_for_reading(), bottom[1].gpu_data_for_reading(),
+        difference = self._gpu_difference.mutable_gpu_data
+        gpu_math.sub(count, bottom[0].gpu_data, bottom[1].gpu_data,
                      difference)
-        gpu.sum_into(count, difference, 2.0 * bottom[0].num, top[0].gpu_data, square=True)
+        gpu.sum_into(count, difference, 2.0 * bottom[0].num, top[0].mutable_gpu_data, square=True)
 
     def backward_gpu(self, top, propagate_down, bottom):
         for i, sign in ((0, 1.0), (1, -1.0)):
             if propagate_down[i]:
-                alpha = np.float32(sign * top[0].read_diff()[()] / bottom[i].num)
+                alpha = np.float32(sign * top[0].cpu_diff[()] / bottom[i].num)
                 gpu_math.axpby(bottom[i].count(), alpha,
-                               self._gpu_difference.gpu_data_for_reading(), 0.0,
-                               bottom[i].gpu_diff)
+                               self._gpu_difference.gpu_data, 0.0,
+                               bottom[i].mutable_gpu_diff)
 
     def allow_force_backward(self, bottom_index):
         return True

@@ -77,8 +77,8 @@ class ExpLayer(NeuronLayer):
             dx *= self.inner_scale
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
-        y = top[0].gpu_data
+        x = bottom[0].gpu_data
+        y = top[0].mutable_gpu_data
         launch(_exp_forward_kernel, x.size, x, y, self.inner_scale, self.outer_scale)
         self._gpu_output.keep_if(y, top[0] is bottom[0])
 
@@ -86,8 +86,8 @@ class ExpLayer(NeuronLayer):
         if not propagate_down[0]:
             return
         y = self._gpu_output.kept_or(top[0], top[0] is bottom[0])
-        launch(_exp_backward_kernel, y.size, y, top[0].gpu_diff_for_reading(),
-               bottom[0].gpu_diff, self.inner_scale)
+        launch(_exp_backward_kernel, y.size, y, top[0].gpu_diff,
+               bottom[0].mutable_gpu_diff, self.inner_scale)
 
 
 # --- GPU ------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ class FilterLayer(Layer):
                 raise self.error(f"Each bottom should have the same 0th dimension as the "
                                  f"selector blob: bottom[{i}] is {blob.shape_string()}, the "
                                  f"selector {selector.shape_string()}")
-        self.kept = np.flatnonzero(selector.read_data().ravel())
+        self.kept = np.flatnonzero(selector.cpu_data.ravel())
         count = len(self.kept)
         if self._first_reshape:
             count, self._first_reshape = selector.shape[0], False
@@ -77,18 +77,18 @@ class FilterLayer(Layer):
         count = len(self.kept)
         self._gpu_kept.reshape((count,))
         self._gpu_kept.data[...] = self.kept
-        index = self._gpu_kept.gpu_data_for_reading()
+        index = self._gpu_kept.gpu_data
         for blob, out in zip(bottom[:-1], top):
             copy.gather_rows(index, count, blob.shape[0], blob.count(1),
-                             blob.gpu_data_for_reading(), out.gpu_data)
+                             blob.gpu_data, out.mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[-1]:
             raise self.error("Filter layer cannot backpropagate to filter index inputs "
                              "(the selector)")
-        index = self._gpu_kept.gpu_data_for_reading()
+        index = self._gpu_kept.gpu_data
         for i, out in enumerate(top):
             if propagate_down[i]:
                 self._row_order.gather_add_rows(index, len(self.kept), bottom[i].shape[0],
-                                                bottom[i].count(1), out.gpu_diff_for_reading(),
-                                                bottom[i].gpu_diff, accumulate=False)
+                                                bottom[i].count(1), out.gpu_diff,
+                                                bottom[i].mutable_gpu_diff, accumulate=False)

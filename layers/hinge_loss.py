@@ -71,10 +71,10 @@ class HingeLossLayer(LossLayer):
     # --- GPU ---------------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         count_labels_gpu(self, bottom[1], self.dim, None)
-        margin = self._gpu_margin.gpu_data
-        launch(_margin_kernel, bottom[0].count(), bottom[0].gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), self.dim, margin)
-        gpu.sum_into(bottom[0].count(), margin, float(self.num), top[0].gpu_data,
+        margin = self._gpu_margin.mutable_gpu_data
+        launch(_margin_kernel, bottom[0].count(), bottom[0].gpu_data,
+               bottom[1].gpu_data, self.dim, margin)
+        gpu.sum_into(bottom[0].count(), margin, float(self.num), top[0].mutable_gpu_data,
                      square=self.squared)
 
     def backward_gpu(self, top, propagate_down, bottom):
@@ -82,14 +82,14 @@ class HingeLossLayer(LossLayer):
             raise self.error(f"{self.type} layer cannot backpropagate to label inputs")
         if not propagate_down[0]:
             return
-        loss_weight = top[0].read_diff()[()]
+        loss_weight = top[0].cpu_diff[()]
         if self.squared:
             alpha = np.float32(loss_weight * 2 / self.num)
         else:
             alpha = np.float32(loss_weight / self.num)
-        launch(_hinge_backward_kernel, bottom[0].count(), self._gpu_margin.gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), self.dim, self.squared, alpha,
-               bottom[0].gpu_diff)
+        launch(_hinge_backward_kernel, bottom[0].count(), self._gpu_margin.gpu_data,
+               bottom[1].gpu_data, self.dim, self.squared, alpha,
+               bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(device=True)

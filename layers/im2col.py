@@ -66,15 +66,15 @@ class Im2colLayer(Layer):
     def forward_gpu(self, bottom, top):
         if not self._gpu_supported():
             return self.forward_cpu(bottom, top)
-        self.geometry.gpu_im2col(bottom[0].gpu_data_for_reading(), self.num, top[0].gpu_data,
+        self.geometry.gpu_im2col(bottom[0].gpu_data, self.num, top[0].mutable_gpu_data,
                                  True)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not self._gpu_supported():
             return self.backward_cpu(top, propagate_down, bottom)
         if propagate_down[0]:
-            self.geometry.gpu_col2im(top[0].gpu_diff_for_reading(), self.num,
-                                     bottom[0].gpu_diff, True)
+            self.geometry.gpu_col2im(top[0].gpu_diff, self.num,
+                                     bottom[0].mutable_gpu_diff, True)
 
     def _gpu_supported(self):
         if self.geometry.use_2d:

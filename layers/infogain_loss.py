@@ -147,7 +147,7 @@ class InfogainLossLayer(LossLayer):
     # --- GPU ---------------------------------------------------------------------------------
     def _gpu_matrix(self, bottom):
         blob = bottom[2] if len(bottom) > 2 else self._infogain_blob
-        return blob.gpu_data_for_reading()
+        return blob.gpu_data
 
     def forward_gpu(self, bottom, top):
         softmax_loss_forward_gpu(self, bottom, top, _infogain_terms_kernel,
@@ -162,13 +162,13 @@ class InfogainLossLayer(LossLayer):
             return
         _, channels, inner = axis_dims(bottom[0], self.axis)
         matrix = self._gpu_matrix(bottom)
-        row_sums = self._gpu_row_sums.gpu_data
+        row_sums = self._gpu_row_sums.mutable_gpu_data
         launch(_row_sums_kernel, channels, matrix, row_sums)
-        alpha = np.float32(top[0].read_diff()[()] / self._scale)
+        alpha = np.float32(top[0].cpu_diff[()] / self._scale)
         ignore, has_ignore = ignore_args(self.ignore_label)
-        launch(_infogain_backward_kernel, bottom[0].count(), self.prob.gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), matrix, row_sums, channels, inner, ignore,
-               has_ignore, alpha, bottom[0].gpu_diff)
+        launch(_infogain_backward_kernel, bottom[0].count(), self.prob.gpu_data,
+               bottom[1].gpu_data, matrix, row_sums, channels, inner, ignore,
+               has_ignore, alpha, bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

@@ -97,29 +97,29 @@ class InnerProductLayer(Layer):
     def forward_gpu(self, bottom, top):
         from pycaffe_cli.cuda import math
         from pycaffe_cli.layers.kernels.cuda import layout
-        y = top[0].gpu_data
+        y = top[0].mutable_gpu_data
         math.gemm(False, not self.transpose, self.m, self.num_output, self.k, 1.0,
-                  bottom[0].gpu_data_for_reading(), self.blobs[0].gpu_data_for_reading(), 0.0,
+                  bottom[0].gpu_data, self.blobs[0].gpu_data, 0.0,
                   y)
         if self.bias_term:
             layout.add_channel_bias(y, self.m, self.num_output, 1,
-                                    self.blobs[1].gpu_data_for_reading())
+                                    self.blobs[1].gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         from pycaffe_cli.cuda import math
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         m, n, k = self.m, self.num_output, self.k
         if self.param_propagate_down[0]:
-            x = bottom[0].gpu_data_for_reading()
+            x = bottom[0].gpu_data
             if self.transpose:
-                math.gemm(True, False, k, n, m, 1.0, x, dy, 1.0, self.blobs[0].gpu_diff)
+                math.gemm(True, False, k, n, m, 1.0, x, dy, 1.0, self.blobs[0].mutable_gpu_diff)
             else:
-                math.gemm(True, False, n, k, m, 1.0, dy, x, 1.0, self.blobs[0].gpu_diff)
+                math.gemm(True, False, n, k, m, 1.0, dy, x, 1.0, self.blobs[0].mutable_gpu_diff)
         if self.bias_term and self.param_propagate_down[1]:
-            math.gemv(True, m, n, 1.0, dy, self._gpu_ones(m), 1.0, self.blobs[1].gpu_diff)
+            math.gemv(True, m, n, 1.0, dy, self._gpu_ones(m), 1.0, self.blobs[1].mutable_gpu_diff)
         if propagate_down[0]:
             math.gemm(False, self.transpose, m, k, n, 1.0, dy,
-                      self.blobs[0].gpu_data_for_reading(), 0.0, bottom[0].gpu_diff)
+                      self.blobs[0].gpu_data, 0.0, bottom[0].mutable_gpu_diff)
 
     def _gpu_ones(self, size):
         """A device vector of ``size`` ones (the bias gradient's GEMV), grown on demand."""
@@ -128,4 +128,4 @@ class InnerProductLayer(Layer):
         if self._ones.count() < size:
             self._ones.reshape((size,))
             self._ones.data[...] = np.float32(1)
-        return self._ones.gpu_data_for_reading()[:size]
+        return self._ones.gpu_data[:size]

@@ -84,14 +84,14 @@ class LRNLayer(Layer):
         shape = bottom[0].shape
         if self.region != ACROSS_CHANNELS:
             pooled, power, scratch = self._gpu_buffers(shape, 3)
-            gpu.lrn_within_forward(_planes(bottom[0].gpu_data_for_reading(), shape),
-                                   _planes(top[0].gpu_data, shape), _planes(pooled, shape),
+            gpu.lrn_within_forward(_planes(bottom[0].gpu_data, shape),
+                                   _planes(top[0].mutable_gpu_data, shape), _planes(pooled, shape),
                                    _planes(power, shape), _planes(scratch, shape), self.size,
                                    self.alpha, self.beta)
             return
         scale, = self._gpu_buffers(shape, 1)
-        gpu.lrn_across_forward(_channels(bottom[0].gpu_data_for_reading(), shape),
-                               _channels(scale, shape), _channels(top[0].gpu_data, shape),
+        gpu.lrn_across_forward(_channels(bottom[0].gpu_data, shape),
+                               _channels(scale, shape), _channels(top[0].mutable_gpu_data, shape),
                                self.size, np.float32(self.alpha / np.float32(self.size)),
                                self.k, self.beta)
 
@@ -100,20 +100,20 @@ class LRNLayer(Layer):
             return
         from pycaffe_cli.layers.kernels.cuda import lrn as gpu
         shape = bottom[0].shape
-        x = bottom[0].gpu_data_for_reading()
-        dy = top[0].gpu_diff_for_reading()
+        x = bottom[0].gpu_data
+        dy = top[0].gpu_diff
         if self.region != ACROSS_CHANNELS:
-            pooled, power, scratch = (b.gpu_data for b in self._gpu_blobs)
+            pooled, power, scratch = (b.mutable_gpu_data for b in self._gpu_blobs)
             gpu.lrn_within_backward(_planes(x, shape), _planes(pooled, shape),
                                     _planes(power, shape), _planes(dy, shape),
-                                    _planes(bottom[0].gpu_diff, shape), _planes(scratch, shape),
+                                    _planes(bottom[0].mutable_gpu_diff, shape), _planes(scratch, shape),
                                     self.size, self.alpha, self.beta)
             return
         cache_ratio = np.float32(2.0 * float(self.alpha) * float(self.beta) / self.size)
         gpu.lrn_across_backward(_channels(x, shape),
-                                _channels(top[0].gpu_data_for_reading(), shape),
-                                _channels(self._gpu_blobs[0].gpu_data_for_reading(), shape),
-                                _channels(dy, shape), _channels(bottom[0].gpu_diff, shape),
+                                _channels(top[0].gpu_data, shape),
+                                _channels(self._gpu_blobs[0].gpu_data, shape),
+                                _channels(dy, shape), _channels(bottom[0].mutable_gpu_diff, shape),
                                 self.size, self.beta, cache_ratio)
 
     def _gpu_buffers(self, shape, count):
@@ -122,7 +122,7 @@ class LRNLayer(Layer):
             self._gpu_blobs = [Blob((0,)) for _ in range(count)]
         for blob in self._gpu_blobs:
             blob.reshape(shape)
-        return [blob.gpu_data for blob in self._gpu_blobs]
+        return [blob.mutable_gpu_data for blob in self._gpu_blobs]
 
 
 def _channels(array, shape=None):

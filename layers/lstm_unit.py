@@ -113,22 +113,22 @@ class LSTMUnitLayer(Layer):
 
     # --- GPU -------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
-        c_prev, x, cont = (blob.gpu_data_for_reading() for blob in bottom)
+        c_prev, x, cont = (blob.gpu_data for blob in bottom)
         launch(_forward_kernel, bottom[0].count(), self.hidden, c_prev, x, cont,
-               top[0].gpu_data, top[1].gpu_data)
+               top[0].mutable_gpu_data, top[1].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[2]:
             raise self.error("Cannot backpropagate to sequence indicators (bottom[2], cont).")
         if not (propagate_down[0] or propagate_down[1]):
             return
-        c_prev, x, cont = (blob.gpu_data_for_reading() for blob in bottom)
-        dc, dh = (blob.gpu_diff_for_reading() for blob in top)
+        c_prev, x, cont = (blob.gpu_data for blob in bottom)
+        dc, dh = (blob.gpu_diff for blob in top)
         # an output not asked for gets a read-only stand-in the kernel never writes
-        dc_prev = bottom[0].gpu_diff if propagate_down[0] else dc
-        dx = bottom[1].gpu_diff if propagate_down[1] else dc
+        dc_prev = bottom[0].mutable_gpu_diff if propagate_down[0] else dc
+        dx = bottom[1].mutable_gpu_diff if propagate_down[1] else dc
         launch(_backward_kernel, bottom[0].count(), self.hidden, c_prev, x, cont,
-               top[0].gpu_data_for_reading(), dc, dh, bool(propagate_down[0]),
+               top[0].gpu_data, dc, dh, bool(propagate_down[0]),
                bool(propagate_down[1]), dc_prev, dx)
 
 

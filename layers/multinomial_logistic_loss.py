@@ -66,19 +66,19 @@ class MultinomialLogisticLossLayer(LossLayer):
     # --- GPU ---------------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         count_labels_gpu(self, bottom[1], self.dim, None)
-        terms = self._gpu_terms.gpu_data
-        launch(_log_picked_kernel, self.num, bottom[0].gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), self.dim, terms)
-        gpu.sum_into(self.num, terms, -float(self.num), top[0].gpu_data)
+        terms = self._gpu_terms.mutable_gpu_data
+        launch(_log_picked_kernel, self.num, bottom[0].gpu_data,
+               bottom[1].gpu_data, self.dim, terms)
+        gpu.sum_into(self.num, terms, -float(self.num), top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[1]:
             raise self.error(f"{self.type} layer cannot backpropagate to label inputs")
         if not propagate_down[0]:
             return
-        alpha = np.float32(-top[0].read_diff()[()] / self.num)
-        launch(_picked_backward_kernel, bottom[0].count(), bottom[0].gpu_data_for_reading(),
-               bottom[1].gpu_data_for_reading(), self.dim, alpha, bottom[0].gpu_diff)
+        alpha = np.float32(-top[0].cpu_diff[()] / self.num)
+        launch(_picked_backward_kernel, bottom[0].count(), bottom[0].gpu_data,
+               bottom[1].gpu_data, self.dim, alpha, bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

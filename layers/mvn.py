@@ -78,7 +78,7 @@ class MVNLayer(Layer):
     # --- GPU -------------------------------------------------------------------------
     def _gpu_buffers(self):
         """Flat device views of ``rows`` values each: mean, var, sigma."""
-        stats, r = self._gpu_stats.gpu_data, self.rows
+        stats, r = self._gpu_stats.mutable_gpu_data, self.rows
         return stats[:r], stats[r:2 * r], stats[2 * r:]
 
     def forward_gpu(self, bottom, top):
@@ -86,30 +86,30 @@ class MVNLayer(Layer):
         if count == 0:
             return
         dim = count // self.rows
-        x = bottom[0].gpu_data_for_reading()
+        x = bottom[0].gpu_data
         mean, var, sigma = self._gpu_buffers()
         channel_stats.moments(x, 1, self.rows, dim, mean, var)
         if self.normalize_variance:
             launch(_sigma_kernel, self.rows, var, self.eps, sigma)
         channel_stats.normalize(x, self.rows, dim, mean,
-                                sigma if self.normalize_variance else None, top[0].gpu_data)
+                                sigma if self.normalize_variance else None, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         count = bottom[0].count()
         if not propagate_down[0] or count == 0:
             return
         dim = count // self.rows
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         mean_dy, mean_dy_y, sigma = self._gpu_buffers()  # forward's mean and var are spent
         if self.normalize_variance:
-            y = top[0].gpu_data_for_reading()
+            y = top[0].gpu_data
             channel_stats.dot_means(dy, y, 1, self.rows, dim, mean_dy, mean_dy_y)
             channel_stats.normalize_backward(channel_stats.FULL, dy, self.rows, dim, sigma,
-                                             bottom[0].gpu_diff, y, mean_dy, mean_dy_y)
+                                             bottom[0].mutable_gpu_diff, y, mean_dy, mean_dy_y)
         else:
             channel_stats.dot_means(dy, dy, 1, self.rows, dim, mean_dy)
             channel_stats.normalize_backward(channel_stats.CENTRE, dy, self.rows, dim, None,
-                                             bottom[0].gpu_diff, mean_dy=mean_dy)
+                                             bottom[0].mutable_gpu_diff, mean_dy=mean_dy)
 
 
 @cuda.jit(cache=True)

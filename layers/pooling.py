@@ -123,10 +123,10 @@ class PoolingLayer(Layer):
 
     def forward_gpu(self, bottom, top):
         from pycaffe_cli.layers.kernels.cuda import pooling as gpu
-        x = _planes(bottom[0].gpu_data_for_reading(), bottom[0].shape)
-        y = _planes(top[0].gpu_data, top[0].shape)
+        x = _planes(bottom[0].gpu_data, bottom[0].shape)
+        y = _planes(top[0].mutable_gpu_data, top[0].shape)
         if self.method == MAX:
-            mask = _planes(top[1].gpu_data, top[1].shape) if len(top) > 1 else \
+            mask = _planes(top[1].mutable_gpu_data, top[1].shape) if len(top) > 1 else \
                 self._device_buffer("_gpu_mask", top[0].shape, np.int32)
             gpu.max_pool_forward(x, y, mask, *self._window())
         elif self.method == AVE:
@@ -147,10 +147,10 @@ class PoolingLayer(Layer):
         if not propagate_down[0]:
             return
         from pycaffe_cli.layers.kernels.cuda import pooling as gpu
-        dy = _planes(top[0].gpu_diff_for_reading(), top[0].shape)
-        dx = _planes(bottom[0].gpu_diff, bottom[0].shape)
+        dy = _planes(top[0].gpu_diff, top[0].shape)
+        dx = _planes(bottom[0].mutable_gpu_diff, bottom[0].shape)
         if self.method == MAX:
-            mask = _planes(top[1].gpu_data_for_reading(), top[1].shape) if len(top) > 1 \
+            mask = _planes(top[1].gpu_data, top[1].shape) if len(top) > 1 \
                 else self._gpu_mask
             gpu.max_pool_backward(dy, mask, dx, *self._window())
         elif self.method == AVE:
@@ -158,9 +158,9 @@ class PoolingLayer(Layer):
         elif self.phase == caffe_pb2.TRAIN:
             gpu.sto_pool_backward(dy, self._gpu_rand, dx, *self._window(padded=False))
         else:
-            gpu.sto_pool_backward_test(_planes(bottom[0].gpu_data_for_reading(),
+            gpu.sto_pool_backward_test(_planes(bottom[0].gpu_data,
                                                bottom[0].shape),
-                                       _planes(top[0].gpu_data_for_reading(), top[0].shape),
+                                       _planes(top[0].gpu_data, top[0].shape),
                                        self._gpu_rand, dy, dx, *self._window(padded=False))
 
     def _device_buffer(self, name, shape, dtype):

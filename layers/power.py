@@ -111,29 +111,29 @@ class PowerLayer(NeuronLayer):
         return g
 
     def forward_gpu(self, bottom, top):
-        y = top[0].gpu_data
+        y = top[0].mutable_gpu_data
         if self.diff_scale == 0:
             memory.fill(y, self._constant())
             return
         keep = top[0] is bottom[0] and self.power != 1
-        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), keep)
+        x = self._gpu_input.keep_if(bottom[0].gpu_data, keep)
         launch(_power_forward_kernel, x.size, x, y, self.power, self.scale, self.shift)
         self._gpu_output.keep_if(y, keep)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        dx = bottom[0].gpu_diff
+        dx = bottom[0].mutable_gpu_diff
         if self.diff_scale == 0:
             memory.fill(dx, 0)
             return
         if self.power == 1:
-            x = y = top[0].gpu_diff_for_reading()  # not read
+            x = y = top[0].gpu_diff  # not read
         else:
             in_place = top[0] is bottom[0]
             x = self._gpu_input.kept_or(bottom[0], in_place)
             y = self._gpu_output.kept_or(top[0], in_place)
-        launch(_power_backward_kernel, dx.size, x, y, top[0].gpu_diff_for_reading(), dx,
+        launch(_power_backward_kernel, dx.size, x, y, top[0].gpu_diff, dx,
                self._gradient_case(), self.power, self.scale, self.shift, self.diff_scale)
 
     def _gradient_case(self):

@@ -124,21 +124,21 @@ class PReLULayer(NeuronLayer):
         return bottom.shape[1], bottom.count(2)
 
     def forward_gpu(self, bottom, top):
-        x = self._gpu_input.keep_if(bottom[0].gpu_data_for_reading(), top[0] is bottom[0])
+        x = self._gpu_input.keep_if(bottom[0].gpu_data, top[0] is bottom[0])
         channels, inner = self._gpu_geometry(bottom[0])
-        launch(_prelu_forward_kernel, x.size, x, self.blobs[0].gpu_data_for_reading(),
-               top[0].gpu_data, channels, inner)
+        launch(_prelu_forward_kernel, x.size, x, self.blobs[0].gpu_data,
+               top[0].mutable_gpu_data, channels, inner)
 
     def backward_gpu(self, top, propagate_down, bottom):
         x = self._gpu_input.kept_or(bottom[0], top[0] is bottom[0])
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         channels, inner = self._gpu_geometry(bottom[0])
         # the slope gradient first: in place, writing dx overwrites dy
         if self.param_propagate_down[0] and x.size:
             self._accumulate_slope_diff_gpu(x, dy, channels, inner)
         if propagate_down[0]:
-            launch(_prelu_backward_kernel, x.size, x, dy, self.blobs[0].gpu_data_for_reading(),
-                   bottom[0].gpu_diff, channels, inner)
+            launch(_prelu_backward_kernel, x.size, x, dy, self.blobs[0].gpu_data,
+                   bottom[0].mutable_gpu_diff, channels, inner)
 
     def _accumulate_slope_diff_gpu(self, x, dy, channels, inner):
         per_channel = x.size // channels
@@ -153,7 +153,7 @@ class PReLULayer(NeuronLayer):
         _slope_partials_kernel[blocks, threads](x, dy, self._gpu_partials, channels, inner,
                                                 parts)
         launch(_slope_diff_kernel, channels, self._gpu_partials, parts,
-               self.blobs[0].gpu_diff)
+               self.blobs[0].mutable_gpu_diff)
 
 
 # --- GPU ------------------------------------------------------------------------------------

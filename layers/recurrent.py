@@ -362,7 +362,7 @@ class RecurrentLayer(Layer):
     def _carry_state_gpu(self):
         from pycaffe_cli.cuda import memory
         for start, end in zip(self.recurrent_inputs, self.recurrent_outputs):
-            memory.copy(end.gpu_data_for_reading(), start.gpu_data)
+            memory.copy(end.gpu_data, start.mutable_gpu_data)
 
     def backward_cpu(self, top, propagate_down, bottom):
         # Gradients for x and x_static only where asked; none for cont or exposed states.

@@ -87,14 +87,14 @@ class ReductionLayer(Layer):
             threads *= 2
         blocks = min(self.num, launching.MAX_BLOCKS)
         _row_reduce_kernel[blocks, threads](self.num, int(self.op), self.dim,
-                                            bottom[0].gpu_data_for_reading(),
-                                            np.float64(self.coeff), top[0].gpu_data)
+                                            bottom[0].gpu_data,
+                                            np.float64(self.coeff), top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[0]:
             launch(_reduction_backward_kernel, self.num * self.dim, int(self.op), self.dim,
-                   bottom[0].gpu_data_for_reading(), top[0].gpu_diff_for_reading(),
-                   self.coeff, bottom[0].gpu_diff)
+                   bottom[0].gpu_data, top[0].gpu_diff,
+                   self.coeff, bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

@@ -127,15 +127,15 @@ class ReLULayer(NeuronLayer):
             leaky_relu_backward(x, dy, dx, self.negative_slope)
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
-        launch(_relu_forward_kernel, x.size, x, top[0].gpu_data, self.negative_slope)
+        x = bottom[0].gpu_data
+        launch(_relu_forward_kernel, x.size, x, top[0].mutable_gpu_data, self.negative_slope)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        x = bottom[0].gpu_data_for_reading()
-        launch(_relu_backward_kernel, x.size, x, top[0].gpu_diff_for_reading(),
-               bottom[0].gpu_diff, self.negative_slope)
+        x = bottom[0].gpu_data
+        launch(_relu_backward_kernel, x.size, x, top[0].gpu_diff,
+               bottom[0].mutable_gpu_diff, self.negative_slope)
 
 
 # --- GPU ------------------------------------------------------------------------------------

@@ -121,11 +121,11 @@ class ScaleLayer(Layer):
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         outer, dim, inner = self.dims
-        x = bottom[0].gpu_data_for_reading()
+        x = bottom[0].gpu_data
         if top[0] is bottom[0]:
-            memory.copy(x, self._gpu_saved_bottom.gpu_data)
-        broadcast(x, self._scale(bottom).gpu_data_for_reading(), dim, inner, True,
-                  top[0].gpu_data)
+            memory.copy(x, self._gpu_saved_bottom.mutable_gpu_data)
+        broadcast(x, self._scale(bottom).gpu_data, dim, inner, True,
+                  top[0].mutable_gpu_data)
         if self._bias_layer is not None:
             self._bias_layer.forward_gpu([top[0]], top)
 
@@ -133,12 +133,12 @@ class ScaleLayer(Layer):
         if self._bias_layer is not None and self.param_propagate_down[-1]:
             self._bias_layer.backward_gpu(top, [False], [top[0]])
         outer, dim, inner = self.dims
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         scale = self._scale(bottom)
         learnable = len(bottom) == 1
         if (self.param_propagate_down[0] if learnable else propagate_down[1]):
             x = (self._gpu_saved_bottom if top[0] is bottom[0] else bottom[0])
-            self._gpu_gradient.run(self.dims, dy, x.gpu_data_for_reading(), scale.gpu_diff,
+            self._gpu_gradient.run(self.dims, dy, x.gpu_data, scale.mutable_gpu_diff,
                                    learnable)
         if propagate_down[0]:
-            broadcast(dy, scale.gpu_data_for_reading(), dim, inner, True, bottom[0].gpu_diff)
+            broadcast(dy, scale.gpu_data, dim, inner, True, bottom[0].mutable_gpu_diff)

@@ -95,27 +95,27 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
     # --- GPU ---------------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
         count = bottom[0].count()
-        targets = bottom[1].gpu_data_for_reading()
+        targets = bottom[1].gpu_data
         ignore, has_ignore = ignore_args(self.ignore_label)
-        terms = self._gpu_terms.gpu_data
-        launch(_sigmoid_loss_kernel, count, bottom[0].gpu_data_for_reading(), targets, ignore,
+        terms = self._gpu_terms.mutable_gpu_data
+        launch(_sigmoid_loss_kernel, count, bottom[0].gpu_data, targets, ignore,
                has_ignore, terms)
         valid = count
         if has_ignore and self.normalization == _Norm.VALID:
             valid, _ = gpu.label_counts(count, targets, 0, self.ignore_label)
         self.scale = normalizer(self.normalization, self.outer, self.inner, valid)
-        gpu.sum_into(count, terms, -self.scale, top[0].gpu_data)
+        gpu.sum_into(count, terms, -self.scale, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[1]:
             raise self.error(f"{self.type} layer cannot backpropagate to label inputs")
         if not propagate_down[0]:
             return
-        alpha = np.float32(top[0].read_diff()[()] / self.scale)
+        alpha = np.float32(top[0].cpu_diff[()] / self.scale)
         ignore, has_ignore = ignore_args(self.ignore_label)
         launch(_sigmoid_loss_backward_kernel, bottom[0].count(),
-               bottom[0].gpu_data_for_reading(), bottom[1].gpu_data_for_reading(), ignore,
-               has_ignore, alpha, bottom[0].gpu_diff)
+               bottom[0].gpu_data, bottom[1].gpu_data, ignore,
+               has_ignore, alpha, bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

@@ -33,4 +33,4 @@ class SilenceLayer(Layer):
     def backward_gpu(self, top, propagate_down, bottom):
         for blob, down in zip(bottom, propagate_down):
             if down:
-                memory.fill(blob.gpu_diff, 0)
+                memory.fill(blob.mutable_gpu_diff, 0)

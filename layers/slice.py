@@ -94,15 +94,15 @@ class SliceLayer(Layer):
         if len(top) == 1:
             return
         outer, total, inner = outer_axis_inner(bottom[0], self._axis)
-        source = bottom[0].gpu_data_for_reading()
+        source = bottom[0].gpu_data
         for i, n, offset in self._blocks(top):
-            copy.copy_block(source, top[i].gpu_data, outer, n, inner, total, offset, n, 0)
+            copy.copy_block(source, top[i].mutable_gpu_data, outer, n, inner, total, offset, n, 0)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0] or len(top) == 1:
             return
         outer, total, inner = outer_axis_inner(bottom[0], self._axis)
-        grad = bottom[0].gpu_diff
+        grad = bottom[0].mutable_gpu_diff
         for i, n, offset in self._blocks(top):
-            copy.copy_block(top[i].gpu_diff_for_reading(), grad, outer, n, inner, n, 0, total,
+            copy.copy_block(top[i].gpu_diff, grad, outer, n, inner, n, 0, total,
                             offset)

@@ -63,14 +63,14 @@ class SoftmaxLayer(Layer):
                              three_axis_view(bottom[0].diff, self.axis))
 
     def forward_gpu(self, bottom, top):
-        gpu.softmax_forward(bottom[0].gpu_data_for_reading(), top[0].gpu_data, *self.dims,
-                            self._scratch.gpu_data)
+        gpu.softmax_forward(bottom[0].gpu_data, top[0].mutable_gpu_data, *self.dims,
+                            self._scratch.mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        gpu.softmax_backward(top[0].gpu_data_for_reading(), top[0].gpu_diff_for_reading(),
-                             bottom[0].gpu_diff, *self.dims, self._scratch.gpu_data)
+        gpu.softmax_backward(top[0].gpu_data, top[0].gpu_diff,
+                             bottom[0].mutable_gpu_diff, *self.dims, self._scratch.mutable_gpu_data)
 
 
 def axis_dims(blob, axis):

@@ -70,7 +70,7 @@ def count_labels_gpu(layer, label_blob, num_classes, ignore_label):
     """gather_labels' check on the device: the number of labels that count. A label out of
     range raises gather_labels' error (the labels come to the host only then)."""
     count = label_blob.count()
-    valid, bad = gpu.label_counts(count, label_blob.gpu_data_for_reading(), num_classes,
+    valid, bad = gpu.label_counts(count, label_blob.gpu_data, num_classes,
                                   ignore_label)
     if bad:
         gather_labels(layer, label_blob, count, 1, num_classes, ignore_label)
@@ -85,17 +85,17 @@ def softmax_loss_forward_gpu(layer, bottom, top, terms_kernel, *extra):
     for backward), and prob into top[1] when asked for."""
     outer, channels, inner = axis_dims(bottom[0], layer.axis)
     positions = outer * inner
-    scratch = layer._scratch.gpu_data
-    gpu.softmax_forward(bottom[0].gpu_data_for_reading(), layer.prob.gpu_data, outer,
+    scratch = layer._scratch.mutable_gpu_data
+    gpu.softmax_forward(bottom[0].gpu_data, layer.prob.mutable_gpu_data, outer,
                         channels, inner, scratch)
     valid = count_labels_gpu(layer, bottom[1], channels, layer.ignore_label)
-    launch(terms_kernel, positions, layer.prob.gpu_data_for_reading(),
-           bottom[1].gpu_data_for_reading(), *extra, channels, inner,
+    launch(terms_kernel, positions, layer.prob.gpu_data,
+           bottom[1].gpu_data, *extra, channels, inner,
            *ignore_args(layer.ignore_label), scratch)
     layer._scale = normalizer(layer.normalization, outer, inner, valid)
-    gpu.sum_into(positions, scratch, -layer._scale, top[0].gpu_data)
+    gpu.sum_into(positions, scratch, -layer._scale, top[0].mutable_gpu_data)
     if len(top) > 1:
-        memory.copy(layer.prob.gpu_data_for_reading(), top[1].gpu_data)
+        memory.copy(layer.prob.gpu_data, top[1].mutable_gpu_data)
 
 
 @register("SoftmaxWithLoss", v1="SOFTMAX_LOSS")
@@ -168,11 +168,11 @@ class SoftmaxWithLossLayer(LossLayer):
         if not propagate_down[0]:
             return
         _, channels, inner = axis_dims(bottom[0], self.axis)
-        alpha = np.float32(top[0].read_diff()[()] / self._scale)
+        alpha = np.float32(top[0].cpu_diff[()] / self._scale)
         ignore, has_ignore = ignore_args(self.ignore_label)
         launch(_softmax_loss_backward_kernel, bottom[0].count(),
-               self.prob.gpu_data_for_reading(), bottom[1].gpu_data_for_reading(), channels,
-               inner, ignore, has_ignore, alpha, bottom[0].gpu_diff)
+               self.prob.gpu_data, bottom[1].gpu_data, channels,
+               inner, ignore, has_ignore, alpha, bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

@@ -54,11 +54,11 @@ class SplitLayer(Layer):
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        out = bottom[0].gpu_diff
+        out = bottom[0].mutable_gpu_diff
         if len(top) == 1:
-            memory.copy(top[0].gpu_diff_for_reading(), out)
+            memory.copy(top[0].gpu_diff, out)
             return
         n = bottom[0].count()
-        gpu_math.add(n, top[0].gpu_diff_for_reading(), top[1].gpu_diff_for_reading(), out)
+        gpu_math.add(n, top[0].gpu_diff, top[1].gpu_diff, out)
         for blob in top[2:]:
-            gpu_math.add(n, out, blob.gpu_diff_for_reading(), out)
+            gpu_math.add(n, out, blob.gpu_diff, out)

@@ -125,11 +125,11 @@ class SPPLayer(Layer):
             return
         from pycaffe_cli.cuda import copy
         num, total, offset = bottom[0].shape[0], top[0].count(1), 0
-        y = top[0].gpu_data
+        y = top[0].mutable_gpu_data
         for level in self._levels:
             level.forward(bottom[0])
             width = level.top.count(1)
-            copy.copy_block(level.top.gpu_data_for_reading(), y, num, width, 1, width, 0,
+            copy.copy_block(level.top.gpu_data, y, num, width, 1, width, 0,
                             total, offset)
             offset += width
 
@@ -137,15 +137,15 @@ class SPPLayer(Layer):
         if not propagate_down[0]:
             return
         from pycaffe_cli.cuda import copy, math, memory
-        dx = bottom[0].gpu_diff
+        dx = bottom[0].mutable_gpu_diff
         if self.pyramid_height == 1:
             memory.copy(self._levels[0].device_backward(top[0]), dx)
             return
         num, total, offset = bottom[0].shape[0], top[0].count(1), 0
-        dy = top[0].gpu_diff_for_reading()
+        dy = top[0].gpu_diff
         for i, level in enumerate(self._levels):
             width = level.top.count(1)
-            copy.copy_block(dy, level.top.gpu_diff, num, width, 1, total, offset, width, 0)
+            copy.copy_block(dy, level.top.mutable_gpu_diff, num, width, 1, total, offset, width, 0)
             offset += width
             grad = level.device_backward(level.top)
             if i == 0:
@@ -177,7 +177,7 @@ class _Level:
     def device_backward(self, top):
         """Run the pooling backward from ``top``; return the gradient's flat device view."""
         self.pooling.backward([top], [True], [self.bottom])
-        return self.bottom.gpu_diff_for_reading()
+        return self.bottom.gpu_diff
 
     def backward(self, top, out=None):
         """Run the pooling backward from ``top``; return the gradient (written to ``out``)."""

@@ -48,18 +48,18 @@ class SwishLayer(NeuronLayer):
         bottom[0].diff[...] = top[0].diff * factor
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
+        x = bottom[0].gpu_data
         self._gpu_sigmoid.reshape((x.size,))
-        y = top[0].gpu_data
-        launch(_swish_forward_kernel, x.size, x, self._gpu_sigmoid.gpu_data, y, self.beta)
+        y = top[0].mutable_gpu_data
+        launch(_swish_forward_kernel, x.size, x, self._gpu_sigmoid.mutable_gpu_data, y, self.beta)
         self._gpu_output.keep_if(y, top[0] is bottom[0])
 
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         y = self._gpu_output.kept_or(top[0], top[0] is bottom[0])
-        launch(_swish_backward_kernel, y.size, y, self._gpu_sigmoid.gpu_data_for_reading(),
-               top[0].gpu_diff_for_reading(), bottom[0].gpu_diff, self.beta)
+        launch(_swish_backward_kernel, y.size, y, self._gpu_sigmoid.gpu_data,
+               top[0].gpu_diff, bottom[0].mutable_gpu_diff, self.beta)
 
 
 # --- GPU ------------------------------------------------------------------------------------

@@ -29,14 +29,14 @@ class TanHLayer(NeuronLayer):
             bottom[0].diff[...] = top[0].diff * (np.float32(1) - y * y)
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
-        launch(_tanh_forward_kernel, x.size, x, top[0].gpu_data)
+        x = bottom[0].gpu_data
+        launch(_tanh_forward_kernel, x.size, x, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[0]:
-            y = top[0].gpu_data_for_reading()
-            launch(_tanh_backward_kernel, y.size, y, top[0].gpu_diff_for_reading(),
-                   bottom[0].gpu_diff)
+            y = top[0].gpu_data
+            launch(_tanh_backward_kernel, y.size, y, top[0].gpu_diff,
+                   bottom[0].mutable_gpu_diff)
 
 
 # --- GPU ------------------------------------------------------------------------------------

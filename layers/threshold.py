@@ -37,8 +37,8 @@ class ThresholdLayer(NeuronLayer):
                              "propagate_down: false")
 
     def forward_gpu(self, bottom, top):
-        x = bottom[0].gpu_data_for_reading()
-        launch(_threshold_forward_kernel, x.size, x, top[0].gpu_data, self.threshold)
+        x = bottom[0].gpu_data
+        launch(_threshold_forward_kernel, x.size, x, top[0].mutable_gpu_data, self.threshold)
 
     def backward_gpu(self, top, propagate_down, bottom):
         self.backward_cpu(top, propagate_down, bottom)

@@ -50,13 +50,13 @@ class TileLayer(Layer):
 
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):
-        copy.tile(bottom[0].gpu_data_for_reading(), top[0].gpu_data, self.outer, self.tiles,
+        copy.tile(bottom[0].gpu_data, top[0].mutable_gpu_data, self.outer, self.tiles,
                   self.inner)
 
     def backward_gpu(self, top, propagate_down, bottom):
         if propagate_down[0]:
             launch(_tile_backward_kernel, self.outer * self.inner,
-                   top[0].gpu_diff_for_reading(), self.tiles, self.inner, bottom[0].gpu_diff)
+                   top[0].gpu_diff, self.tiles, self.inner, bottom[0].mutable_gpu_diff)
 
 
 @cuda.jit(cache=True)

@@ -3,13 +3,15 @@
 Storage is a flat SyncedMemory (``synced_memory.py``) that only grows (Caffe's capacity rule),
 so reshaping to the same or a smaller count keeps the memory and anything sharing it.
 
-Access, as Caffe's cpu_data / mutable_cpu_data / gpu_data / mutable_gpu_data:
+Access, named as Caffe's: a reading accessor never invalidates the other copy, a writing one
+(``mutable_*``) makes the other copy stale.
 
-* ``data`` / ``diff``: numpy views (shaped) of the host copy, for reading and writing;
-  the device copy, if any, becomes stale.
-* ``read_data()`` / ``read_diff()``: read-only numpy views; no copy back to the device later.
-* ``gpu_data`` / ``gpu_diff``: FLAT device views (kernels index them flat, as Caffe's
-  pointers), for reading and writing; the host copy becomes stale.
+* ``cpu_data`` / ``cpu_diff``: read-only numpy views (shaped) of the host copy.
+* ``data`` / ``diff``: writable numpy views (shaped) of the host copy: Caffe's
+  mutable_cpu_data / mutable_cpu_diff, under the names BVLC's Python Blob gives them.
+* ``gpu_data`` / ``gpu_diff``: FLAT device views for reading (kernels index them flat, as
+  Caffe's pointers). A device array cannot be made read-only: write only through
+* ``mutable_gpu_data`` / ``mutable_gpu_diff``: FLAT device views for writing.
 
 Whole-blob maths (``update``, ``asum_*``, ``sumsq_*``, ``scale_diff``...) runs where the
 freshest copy is, as Caffe's Blob does.
@@ -135,22 +137,34 @@ class Blob:
     def flat_diff(self):
         return self._diff_mem.mutable_host()[:self._count]
 
-    def read_data(self):
-        """Read-only host view of data (no copy back to the device afterwards)."""
+    @property
+    def cpu_data(self):
+        """Read-only host view of data; the device copy stays valid (Caffe's cpu_data)."""
         return _read_only(self._data_mem.host()[:self._count].reshape(self._shape))
 
-    def read_diff(self):
-        """Read-only host view of diff."""
+    @property
+    def cpu_diff(self):
+        """Read-only host view of diff (Caffe's cpu_diff)."""
         return _read_only(self._diff_mem.host()[:self._count].reshape(self._shape))
 
     @property
     def gpu_data(self):
-        """Flat device view of data, for reading and writing."""
-        return self._data_mem.mutable_device()[:self._count]
+        """Flat device view of data for reading; the host copy stays valid (Caffe's gpu_data)."""
+        return self._data_mem.device()[:self._count]
 
     @property
     def gpu_diff(self):
-        """Flat device view of diff, for reading and writing."""
+        """Flat device view of diff for reading (Caffe's gpu_diff)."""
+        return self._diff_mem.device()[:self._count]
+
+    @property
+    def mutable_gpu_data(self):
+        """Flat device view of data for writing; the host copy becomes stale."""
+        return self._data_mem.mutable_device()[:self._count]
+
+    @property
+    def mutable_gpu_diff(self):
+        """Flat device view of diff for writing."""
         return self._diff_mem.mutable_device()[:self._count]
 
     @property
@@ -184,14 +198,14 @@ class Blob:
         """Apply the computed step: ``data -= diff``, where data is freshest (Caffe's
         Update)."""
         if self._data_on_device():
-            gpu_math().axpy(self._count, -1.0, self.gpu_diff, self.gpu_data)
+            gpu_math().axpy(self._count, -1.0, self.mutable_gpu_diff, self.mutable_gpu_data)
         else:
             np.subtract(self.flat_data, self.flat_diff, out=self.flat_data)
 
     def scale_diff(self, factor):
         """diff *= factor, where diff is freshest."""
         if self._diff_on_device():
-            gpu_math().scal(self._count, factor, self.gpu_diff)
+            gpu_math().scal(self._count, factor, self.mutable_gpu_diff)
         else:
             self.flat_diff[:] *= np.float32(factor)
 
@@ -199,7 +213,7 @@ class Blob:
         """diff = 0: on the device in GPU mode, else on the host (Net::ClearParamDiffs)."""
         if backend.mode() is backend.Mode.GPU:
             from pycaffe_cli.cuda import memory
-            memory.fill(self.gpu_diff, 0)
+            memory.fill(self.mutable_gpu_diff, 0)
         else:
             self.flat_diff[:] = 0
 
@@ -213,52 +227,44 @@ class Blob:
         if backend.mode() is backend.Mode.GPU and self._count:
             from pycaffe_cli.cuda import memory
             if copy_diff:
-                memory.copy(source.gpu_diff, self.gpu_diff)
+                memory.copy(source.gpu_diff, self.mutable_gpu_diff)
             else:
-                memory.copy(source.gpu_data, self.gpu_data)
+                memory.copy(source.gpu_data, self.mutable_gpu_data)
         elif copy_diff:
-            self.flat_diff[:] = source.read_diff().ravel()
+            self.flat_diff[:] = source.cpu_diff.ravel()
         else:
-            self.flat_data[:] = source.read_data().ravel()
+            self.flat_data[:] = source.cpu_data.ravel()
 
     def asum_data(self):
         if self._data_on_device():
-            return gpu_math().asum(self._count, self.gpu_data_for_reading())
-        return float(np.abs(self.read_data(), dtype=np.float64).sum())
+            return gpu_math().asum(self._count, self.gpu_data)
+        return float(np.abs(self.cpu_data, dtype=np.float64).sum())
 
     def asum_diff(self):
         if self._diff_on_device():
-            return gpu_math().asum(self._count, self.gpu_diff_for_reading())
-        return float(np.abs(self.read_diff(), dtype=np.float64).sum())
+            return gpu_math().asum(self._count, self.gpu_diff)
+        return float(np.abs(self.cpu_diff, dtype=np.float64).sum())
 
     def sumsq_data(self):
         if self._data_on_device():
-            return gpu_math().sumsq(self._count, self.gpu_data_for_reading())
-        flat = self.read_data().ravel()
+            return gpu_math().sumsq(self._count, self.gpu_data)
+        flat = self.cpu_data.ravel()
         return float(np.dot(flat.astype(np.float64), flat))
 
     def sumsq_diff(self):
         if self._diff_on_device():
-            return gpu_math().sumsq(self._count, self.gpu_diff_for_reading())
-        flat = self.read_diff().ravel()
+            return gpu_math().sumsq(self._count, self.gpu_diff)
+        flat = self.cpu_diff.ravel()
         return float(np.dot(flat.astype(np.float64), flat))
-
-    def gpu_data_for_reading(self):
-        """Flat device view of data that leaves the host copy valid (Caffe's gpu_data)."""
-        return self._data_mem.device()[:self._count]
-
-    def gpu_diff_for_reading(self):
-        """Flat device view of diff that leaves the host copy valid (Caffe's gpu_diff)."""
-        return self._diff_mem.device()[:self._count]
 
     # --- protobuf ----------------------------------------------------------------------
     def to_proto(self, proto, write_diff=False):
         """Fill a caffe.BlobProto with shape and data (and diff), as Caffe's ToProto does."""
         proto.Clear()
         proto.shape.dim.extend(self._shape)
-        proto.data.extend(self.read_data().ravel().tolist())
+        proto.data.extend(self.cpu_data.ravel().tolist())
         if write_diff:
-            proto.diff.extend(self.read_diff().ravel().tolist())
+            proto.diff.extend(self.cpu_diff.ravel().tolist())
         return proto
 
     def from_proto(self, proto, reshape=True):

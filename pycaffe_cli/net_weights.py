@@ -82,8 +82,8 @@ def net_to_proto(net, write_diff=False):
         layer_proto.CopyFrom(layer.param)
         del layer_proto.blobs[:]
         for blob in layer.blobs:
-            fill_blob_proto(layer_proto.blobs.add(), blob.read_data(),
-                            blob.read_diff() if write_diff else None)
+            fill_blob_proto(layer_proto.blobs.add(), blob.cpu_data,
+                            blob.cpu_diff if write_diff else None)
     return proto
 
 
@@ -98,7 +98,7 @@ def save_hdf5(net, path, write_diff=False):
     for layer_id, layer in enumerate(net.layers):
         entries = []
         for blob, net_param_id in zip(layer.blobs, net.param_id_vecs[layer_id]):
-            entries.append((blob.read_data(), blob.read_diff() if write_diff else None,
+            entries.append((blob.cpu_data, blob.cpu_diff if write_diff else None,
                             net.param_owners[net_param_id] < 0))
         layers.append((net.layer_names[layer_id], entries))
     write_hdf5_weights(path, layers, write_diff)

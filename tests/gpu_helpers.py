@@ -46,15 +46,15 @@ def _run(text, bottoms, num_tops, top_diffs, propagate_down, phase, params, gpu,
             blob.diff[...] = 0
         layer.forward(bottom, top)
         heads = [t.data_memory.head for t in top]
-        outputs = [t.read_data().copy() for t in top]
+        outputs = [t.cpu_data.copy() for t in top]
         grads = None
         if top_diffs is not None:
             for blob, diff in zip(top, top_diffs):
                 blob.diff[...] = diff
             down = propagate_down or [True] * len(bottom)
             layer.backward(top, down, bottom)
-            grads = [b.read_diff().copy() if d else None for b, d in zip(bottom, down)]
-            grads += [b.read_diff().copy() for b in layer.blobs]
+            grads = [b.cpu_diff.copy() if d else None for b, d in zip(bottom, down)]
+            grads += [b.cpu_diff.copy() for b in layer.blobs]
     finally:
         backend.set_mode_cpu()
     return layer, outputs, grads, params, heads

@@ -54,8 +54,8 @@ def train(gpu, iterations=4):
         losses = []
         for _ in range(iterations):
             solver.step(1)
-            losses.append(float(solver.net.blob_by_name("loss").read_data()))
-        weights = [blob.read_data().copy() for blob in solver.net.learnable_params]
+            losses.append(float(solver.net.blob_by_name("loss").cpu_data))
+        weights = [blob.cpu_data.copy() for blob in solver.net.learnable_params]
     finally:
         backend.set_mode_cpu()
     return losses, weights

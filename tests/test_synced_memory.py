@@ -64,8 +64,8 @@ def test_async_push_leaves_both_copies_valid(gpu_mode):
 
 def test_read_views_are_read_only_and_do_not_stale_the_device(gpu_mode):
     blob = Blob((2, 2))
-    blob.gpu_data.copy_to_device(np.arange(4, dtype=np.float32))
-    view = blob.read_data()
+    blob.mutable_gpu_data.copy_to_device(np.arange(4, dtype=np.float32))
+    view = blob.cpu_data
     np.testing.assert_array_equal(view, [[0, 1], [2, 3]])
     with pytest.raises(ValueError):
         view[0, 0] = 5
@@ -86,7 +86,7 @@ def test_blob_maths_run_where_the_data_is(on_device, gpu_mode):
     diff = rng.normal(size=(3, 5)).astype(np.float32)
     blob = _filled_blob(data, diff)
     if on_device:
-        blob.gpu_data, blob.gpu_diff  # noqa: B018  (moves both heads to the device)
+        blob.mutable_gpu_data, blob.mutable_gpu_diff  # noqa: B018  (moves both heads to the device)
         assert blob.data_memory.head is Head.AT_GPU
     assert blob.asum_data() == pytest.approx(np.abs(data.astype(np.float64)).sum(), rel=1e-12)
     assert blob.asum_diff() == pytest.approx(np.abs(diff.astype(np.float64)).sum(), rel=1e-12)
@@ -95,17 +95,17 @@ def test_blob_maths_run_where_the_data_is(on_device, gpu_mode):
     blob.scale_diff(0.5)
     blob.update()
     assert blob.data_memory.on_device is on_device
-    np.testing.assert_allclose(blob.read_data(), data - np.float32(0.5) * diff, rtol=1e-6)
+    np.testing.assert_allclose(blob.cpu_data, data - np.float32(0.5) * diff, rtol=1e-6)
     blob.zero_diff()
-    np.testing.assert_array_equal(blob.read_diff(), np.zeros((3, 5)))
+    np.testing.assert_array_equal(blob.cpu_diff, np.zeros((3, 5)))
 
 
 def test_shared_blobs_share_the_synced_memory(gpu_mode):
     a = _filled_blob(np.ones((2, 3)), np.zeros((2, 3)))
     b = Blob((6,))
     b.share_data(a)
-    b.gpu_data.copy_to_device(np.full(6, 2, np.float32))
-    np.testing.assert_array_equal(a.read_data(), np.full((2, 3), 2))
+    b.mutable_gpu_data.copy_to_device(np.full(6, 2, np.float32))
+    np.testing.assert_array_equal(a.cpu_data, np.full((2, 3), 2))
 
 
 def test_copy_from_on_the_device(gpu_mode):
@@ -114,5 +114,5 @@ def test_copy_from_on_the_device(gpu_mode):
     target.copy_from(source)
     target.copy_from(source, copy_diff=True)
     assert target.data_memory.head is Head.AT_GPU
-    np.testing.assert_array_equal(target.read_data(), np.arange(6).reshape(2, 3))
-    np.testing.assert_array_equal(target.read_diff(), np.ones((2, 3)))
+    np.testing.assert_array_equal(target.cpu_data, np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(target.cpu_diff, np.ones((2, 3)))

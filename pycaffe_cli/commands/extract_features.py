@@ -180,7 +180,7 @@ def _put_items(writer, blob, name):
     num = blob.num
     if num == 0:
         return
-    rows = np.asarray(blob.read_data(), dtype=np.float32).reshape(num, -1)
+    rows = np.asarray(blob.cpu_data, dtype=np.float32).reshape(num, -1)
     for row in rows:
         datum = caffe_pb2.Datum(channels=blob.channels, height=blob.height, width=blob.width)
         datum.float_data.extend(row.tolist())

@@ -49,7 +49,7 @@ def _score(net, iterations):
         values = []
         for j, blob in enumerate(net.output_blobs):
             name = net.blob_names[net.output_blob_indices[j]]
-            for value in blob.read_data().ravel():
+            for value in blob.cpu_data.ravel():
                 LOG.info(f"Batch {i}, {name} = {value:g}")
                 values.append(value)
                 if i == 0:

@@ -28,13 +28,13 @@ class DeviceCopy:
     def store(self, source):
         """Copy the flat device array ``source`` (device to device); return the copy."""
         self._blob.reshape((source.size,))
-        copy = self._blob.gpu_data
+        copy = self._blob.mutable_gpu_data
         memory.copy(source, copy)
         return copy
 
     def view(self):
         """The copy ``store`` made last (flat, for reading)."""
-        return self._blob.gpu_data_for_reading()
+        return self._blob.gpu_data
 
     def keep_if(self, array, in_place):
         """Forward: ``array``, copied first when the layer runs in place (and so is about to
@@ -43,7 +43,7 @@ class DeviceCopy:
 
     def kept_or(self, blob, in_place):
         """Backward: the copy ``keep_if`` kept when in place, else ``blob``'s device data."""
-        return self.view() if in_place else blob.gpu_data_for_reading()
+        return self.view() if in_place else blob.gpu_data
 
 
 @cuda.jit(device=True)

@@ -12,7 +12,7 @@ from pycaffe_cli.log import LOG
 
 
 def _finite(blob):
-    return np.isfinite(blob.read_data()).all()
+    return np.isfinite(blob.cpu_data).all()
 
 
 def first_non_finite_output(net):

@@ -173,7 +173,7 @@ class LoopMixin:
         blobs = net.output_blobs
         if not blobs:
             return np.zeros(0, np.float32)
-        return np.concatenate([b.read_data().ravel() for b in blobs]).astype(np.float32)
+        return np.concatenate([b.cpu_data.ravel() for b in blobs]).astype(np.float32)
 
     @staticmethod
     def _log_outputs(net, which, values):

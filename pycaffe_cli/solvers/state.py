@@ -131,13 +131,13 @@ def encode_solver_state(param, iteration, learned_net, current_step, history):
             _write_int(h5, "current_step", current_step)
             group = h5.create_group("history")
             for i, blob in enumerate(history):
-                group.create_dataset(str(i), data=blob.read_data().astype(np.float32))
+                group.create_dataset(str(i), data=blob.cpu_data.astype(np.float32))
             return path, hdf5_bytes(h5)
     path = snapshot_filename(param.snapshot_prefix, iteration, ".solverstate")
     state = caffe_pb2.SolverState(iter=iteration, learned_net=learned_net,
                                   current_step=current_step)
     for blob in history:
-        fill_blob_proto(state.history.add(), blob.read_data())
+        fill_blob_proto(state.history.add(), blob.cpu_data)
     LOG.info(f"Snapshotting solver state to binary proto file {path}")
     return path, state.SerializeToString()
 

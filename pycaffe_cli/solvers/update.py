@@ -97,15 +97,15 @@ class UpdateMixin:
             raise CaffeError(f"Unknown regularization type: {kind} (known types: L1, L2)")
         if self.on_gpu:
             from pycaffe_cli.cuda import math as gpu_math
-            data = blob.gpu_data_for_reading()
+            data = blob.gpu_data
             if kind == "L2":
-                gpu_math.axpy(blob.count(), decay, data, blob.gpu_diff)
+                gpu_math.axpy(blob.count(), decay, data, blob.mutable_gpu_diff)
             else:
-                launch(_l1_kernel, blob.count(), decay, data, blob.gpu_diff)
+                launch(_l1_kernel, blob.count(), decay, data, blob.mutable_gpu_diff)
         elif kind == "L2":
-            blob.flat_diff[:] += decay * blob.read_data().ravel()
+            blob.flat_diff[:] += decay * blob.cpu_data.ravel()
         else:
-            blob.flat_diff[:] += decay * np.sign(blob.read_data().ravel())
+            blob.flat_diff[:] += decay * np.sign(blob.cpu_data.ravel())
 
     def local_rate(self, param_id, rate):
         """rate * lr_mult of param ``param_id``, in float32."""
@@ -131,13 +131,13 @@ class UpdateMixin:
     def diff_of(self, param_id):
         """The flat diff of learnable param ``param_id``, on the device in GPU mode."""
         blob = self.net.learnable_params[param_id]
-        return blob.gpu_diff if self.on_gpu else blob.flat_diff
+        return blob.mutable_gpu_diff if self.on_gpu else blob.flat_diff
 
     def history_of(self, param_id, which=0):
         """The flat history array ``which`` (0 or 1) of learnable param ``param_id``, on the
         device in GPU mode."""
         blob = self.history[which * len(self.net.learnable_params) + param_id]
-        return blob.gpu_data if self.on_gpu else blob.flat_data
+        return blob.mutable_gpu_data if self.on_gpu else blob.flat_data
 
 
 @cuda.jit(cache=True)

@@ -34,7 +34,7 @@ def test_backward_is_sign_times_top_diff(engine):
     layer.forward(bottom, top)
     top[0].diff[...] = [0.5, 7.0, -1.5]
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].read_diff(), [-0.5, 0.0, -1.5])
+    np.testing.assert_array_equal(bottom[0].cpu_diff, [-0.5, 0.0, -1.5])
 
 
 def test_no_propagate_down_leaves_bottom_diff():

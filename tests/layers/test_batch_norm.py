@@ -252,13 +252,13 @@ def run_modes(text, x, dy, phase, in_place=False, forwards=1):
             for _ in range(forwards):
                 layer.forward([bottom], [top])
             head = top.data_memory.head
-            y = top.read_data().copy()
+            y = top.cpu_data.copy()
             top.diff[...] = dy
             layer.backward([top], [True], [bottom])
         finally:
             backend.set_mode_cpu()
-        blobs = [b.read_data().copy() for b in layer.blobs]
-        results.append((y, bottom.read_diff().copy(), blobs, head))
+        blobs = [b.cpu_data.copy() for b in layer.blobs]
+        results.append((y, bottom.cpu_diff.copy(), blobs, head))
     return results
 
 

@@ -94,15 +94,15 @@ def test_param_gradient_accumulates_bottom_gradient_overwrites(engine):
     top[0].diff[...] = 1
     layer.blobs[0].diff[...] = 10
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), 14)
-    np.testing.assert_allclose(bottom[0].read_diff(), 1)
+    np.testing.assert_allclose(layer.blobs[0].cpu_diff, 14)
+    np.testing.assert_allclose(bottom[0].cpu_diff, 1)
 
     layer, bottom, top = set_up(bias(), [uniform_data((2, 3, 2)), uniform_data((3,))])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     bottom[1].diff[...] = 10
     layer.backward(top, [False, True], bottom)
-    np.testing.assert_allclose(bottom[1].read_diff(), 4)
+    np.testing.assert_allclose(bottom[1].cpu_diff, 4)
 
 
 def test_in_place():
@@ -149,12 +149,12 @@ def _in_place_run(text, bottoms, top_diff, gpu):
         layer.setup(blobs, [blobs[0]])
         layer.forward(blobs, [blobs[0]])
         head = blobs[0].data_memory.head
-        y = blobs[0].read_data().copy()
+        y = blobs[0].cpu_data.copy()
         blobs[0].diff[...] = top_diff
         for blob in layer.blobs:
             blob.diff[...] = 0
         layer.backward([blobs[0]], [True] * len(blobs), blobs)
-        grads = [b.read_diff().copy() for b in blobs + layer.blobs]
+        grads = [b.cpu_diff.copy() for b in blobs + layer.blobs]
     finally:
         backend.set_mode_cpu()
     return head, y, grads

@@ -56,7 +56,7 @@ def test_gradient_passes_at_both_bounds(engine):
     layer.forward(bottom, top)
     top[0].diff[...] = [1, 2, 3, 4, 5]
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].read_diff(), [0, 2, 3, 4, 0])
+    np.testing.assert_array_equal(bottom[0].cpu_diff, [0, 2, 3, 4, 0])
 
 
 def test_in_place_matches_out_of_place(engine):

@@ -156,7 +156,7 @@ def test_large_batches_run_in_blocks(monkeypatch, engine):
     assert layer.blocks() == [(0, 2), (2, 2), (4, 1)]
     layer.forward(bottom, top)
     expected = convolve(x, layer.blobs[0].data, layer.blobs[1].data, (0, 0), (1, 1), (1, 1), 1)
-    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-5, atol=1e-5)
     check_gradient(layer, bottom, top)
 
 
@@ -276,5 +276,5 @@ def test_nd_windows_fall_back_to_the_cpu_in_gpu_mode(gpu_mode, caplog, monkeypat
     layer.forward(bottom, top)
     expected = convolve(x, layer.blobs[0].data, layer.blobs[1].data, (0,) * 3, (1,) * 3,
                         (1,) * 3, 1)
-    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-5, atol=1e-5)
     assert "have no GPU path; running them on the CPU" in caplog.text

@@ -284,8 +284,8 @@ def test_gpu_batches_arrive_on_the_device(db, gpu_mode):
         assert top[0].data_memory.head is Head.AT_GPU
         assert top[1].data_memory.head is Head.AT_GPU
         want = [pixels[(first + i) % 7] for i in range(3)]
-        np.testing.assert_array_equal(top[0].read_data(), np.stack(want) * np.float32(0.5))
-        np.testing.assert_array_equal(top[1].read_data(),
+        np.testing.assert_array_equal(top[0].cpu_data, np.stack(want) * np.float32(0.5))
+        np.testing.assert_array_equal(top[1].cpu_data,
                                       [10 + (first + i) % 7 for i in range(3)])
     layer.close()
 
@@ -298,7 +298,7 @@ def test_gpu_mode_switched_on_after_the_thread_filled_its_queue(db):
     backend.set_mode_gpu(0)
     try:
         layer.forward(bottom, top)
-        np.testing.assert_array_equal(top[0].read_data(), pixels[:2])
+        np.testing.assert_array_equal(top[0].cpu_data, pixels[:2])
     finally:
         backend.set_mode_cpu()
         layer.close()

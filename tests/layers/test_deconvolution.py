@@ -97,7 +97,7 @@ def test_large_batches_run_in_blocks(monkeypatch):
     layer.forward(bottom, top)
     expected = deconvolve(x, layer.blobs[0].data, layer.blobs[1].data, (0, 0), (2, 2), (1, 1),
                           1)
-    np.testing.assert_allclose(top[0].read_data(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-5, atol=1e-5)
     check_gradient(layer, bottom, top)
 
 

@@ -118,7 +118,7 @@ def gpu_train_forward(ratio, x, seed=7, in_place=False):
     backend.set_random_seed(seed)
     layer.forward([bottom], [top])
     assert top.data_memory.head is Head.AT_GPU
-    return layer, bottom, top, np.asarray(x, np.float32), top.read_data().copy()
+    return layer, bottom, top, np.asarray(x, np.float32), top.cpu_data.copy()
 
 
 def positive_inputs(shape=(50, 80)):
@@ -144,7 +144,7 @@ def test_gpu_backward_uses_the_forward_mask(gpu_mode, in_place, ratio):
     dy = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
     top.diff[...] = dy
     layer.backward([top], [True], [bottom])
-    np.testing.assert_array_equal(bottom.read_diff(), np.where(y != 0, dy * layer.scale, 0))
+    np.testing.assert_array_equal(bottom.cpu_diff, np.where(y != 0, dy * layer.scale, 0))
 
 
 def test_gpu_mask_repeats_under_the_seed(gpu_mode):
@@ -152,9 +152,9 @@ def test_gpu_mask_repeats_under_the_seed(gpu_mode):
     layer, bottom, top, _, first = gpu_train_forward(0.5, x, seed=3)
     backend.set_random_seed(3)
     layer.forward([bottom], [top])
-    np.testing.assert_array_equal(top.read_data(), first)
+    np.testing.assert_array_equal(top.cpu_data, first)
     layer.forward([bottom], [top])
-    second = top.read_data() != 0
+    second = top.cpu_data != 0
     assert abs(np.mean(second == (first != 0)) - 0.5) < 0.05  # a new, independent mask
 
 
@@ -182,10 +182,10 @@ def test_gpu_test_phase_in_place(gpu_mode):
     layer = create_layer(layer_param(dropout(0.5), caffe_pb2.TEST))
     layer.setup([blob], [blob])
     layer.forward([blob], [blob])
-    np.testing.assert_array_equal(blob.read_data(), x.astype(np.float32))
+    np.testing.assert_array_equal(blob.cpu_data, x.astype(np.float32))
     blob.diff[...] = 2
     layer.backward([blob], [True], [blob])
-    np.testing.assert_array_equal(blob.read_diff(), 2)
+    np.testing.assert_array_equal(blob.cpu_diff, 2)
 
 
 def test_gpu_without_scale_train(gpu_mode):
@@ -193,13 +193,13 @@ def test_gpu_without_scale_train(gpu_mode):
     layer, bottom, top = set_up(dropout(0.25), [x], phase=caffe_pb2.TEST)
     layer.scale_train = False
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].read_data(), x.astype(np.float32) * 0.75, rtol=1e-6)
+    np.testing.assert_allclose(top[0].cpu_data, x.astype(np.float32) * 0.75, rtol=1e-6)
     top[0].diff[...] = 2
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(bottom[0].read_diff(), 1.5, rtol=1e-6)
+    np.testing.assert_allclose(bottom[0].cpu_diff, 1.5, rtol=1e-6)
     layer, bottom, top = set_up(dropout(0.25), [x])
     layer.scale_train = False
     layer.forward(bottom, top)
-    y, xf = top[0].read_data(), x.astype(np.float32)
+    y, xf = top[0].cpu_data, x.astype(np.float32)
     np.testing.assert_array_equal(y[y != 0], xf[y != 0])
     check_gradient(layer, bottom, top)

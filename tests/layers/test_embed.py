@@ -117,10 +117,10 @@ def test_gpu_index_made_on_the_device_is_not_read_back(gpu_mode):
     """An out-of-range index the host never saw gives the bias row and no weight gradient."""
     backend.set_random_seed(0)
     layer, bottom, top = set_up(embed("num_output: 2 input_dim: 3"), [np.zeros(3)])
-    bottom[0].gpu_data.copy_to_device(np.array([2, 7, -1], np.float32))
+    bottom[0].mutable_gpu_data.copy_to_device(np.array([2, 7, -1], np.float32))
     layer.forward(bottom, top)
-    weight, bias = layer.blobs[0].read_data(), layer.blobs[1].read_data()
-    np.testing.assert_allclose(top[0].read_data(), [weight[2] + bias, bias, bias])
+    weight, bias = layer.blobs[0].cpu_data, layer.blobs[1].cpu_data
+    np.testing.assert_allclose(top[0].cpu_data, [weight[2] + bias, bias, bias])
     top[0].diff[...] = 1
     layer.backward(top, [False], bottom)
-    np.testing.assert_array_equal(layer.blobs[0].read_diff(), [[0, 0], [0, 0], [1, 1]])
+    np.testing.assert_array_equal(layer.blobs[0].cpu_diff, [[0, 0], [0, 0], [1, 1]])

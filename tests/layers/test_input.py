@@ -57,9 +57,9 @@ def test_gpu_matches_cpu():
 def test_gpu_forward_leaves_device_data_in_place(gpu_mode):
     from pycaffe_cli.cuda import memory
     layer, bottom, top = set_up(input_layer([(2, 3)]), [], 1)
-    memory.fill(top[0].gpu_data, 5)
+    memory.fill(top[0].mutable_gpu_data, 5)
     layer.forward(bottom, top)
     layer.backward(top, [], bottom)
     assert layer.backward_gpu is not None
     assert top[0].data_memory.head is Head.AT_GPU
-    np.testing.assert_array_equal(top[0].read_data(), 5)
+    np.testing.assert_array_equal(top[0].cpu_data, 5)

@@ -293,18 +293,18 @@ def run_steps(gpu, weights=None):
     try:
         for blob, values in zip(layer.blobs, weights or []):
             blob.data[...] = values
-        weights = [b.read_data().copy() for b in layer.blobs]
+        weights = [b.cpu_data.copy() for b in layer.blobs]
         layer.forward(bottom, top)
-        outputs = [top[0].read_data().copy()]
+        outputs = [top[0].cpu_data.copy()]
         for t in range(T):
             step = [Blob((1, N, I)), Blob((1, N))]
             step[0].data[...] = x[t:t + 1]
             step[1].data[...] = 1
             layer.forward(step, top)
-            outputs.append(top[0].read_data().copy())
+            outputs.append(top[0].cpu_data.copy())
         top[0].diff[...] = 1
         layer.backward(top, [True, False], step)
-        outputs += [step[0].read_diff().copy()] + [b.read_diff().copy() for b in layer.blobs]
+        outputs += [step[0].cpu_diff.copy()] + [b.cpu_diff.copy() for b in layer.blobs]
     finally:
         backend.set_mode_cpu()
     return outputs, weights

@@ -152,12 +152,12 @@ def test_gpu_in_place_matches_cpu(quick_barriers, params):
         try:
             layer.setup([blob], [blob])
             layer.forward([blob], [blob])
-            y = blob.read_data().copy()
+            y = blob.cpu_data.copy()
             blob.diff[...] = dy
             layer.backward([blob], [True], [blob])
         finally:
             backend.set_mode_cpu()
-        results.append((y, blob.read_diff().copy()))
+        results.append((y, blob.cpu_diff.copy()))
     (cpu_y, cpu_dx), (gpu_y, gpu_dx) = results
     np.testing.assert_allclose(gpu_y, cpu_y, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gpu_dx, cpu_dx, rtol=1e-5, atol=1e-5)

@@ -87,7 +87,7 @@ def test_zero_base_with_zero_shift_gives_nan_gradient_as_caffe(engine):
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.backward(top, [True], bottom)
-    dx = bottom[0].read_diff()
+    dx = bottom[0].cpu_diff
     assert np.isnan(dx[0]) and dx[1] == np.float32(0.25)
 
 

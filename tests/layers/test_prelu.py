@@ -92,14 +92,14 @@ def test_backward_values_and_slope_accumulation(engine, shared):
     top[0].diff[...] = dy
     layer.blobs[0].diff[...] = 0
     layer.backward(top, [True], bottom)
-    a = layer.blobs[0].read_data()
+    a = layer.blobs[0].cpu_data
     terms = dy.astype(np.float64) * x * (x <= 0)
     slope_grad = terms.sum() if shared else terms.sum(axis=(0, 2))
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), slope_grad, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.blobs[0].cpu_diff, slope_grad, rtol=1e-5, atol=1e-6)
     a_c = a.reshape(()) if shared else a.reshape(1, -1, 1)
-    np.testing.assert_array_equal(bottom[0].read_diff(), np.where(x > 0, dy, dy * a_c))
+    np.testing.assert_array_equal(bottom[0].cpu_diff, np.where(x > 0, dy, dy * a_c))
     layer.backward(top, [True], bottom)  # param diffs accumulate
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), 2 * slope_grad, rtol=1e-5,
+    np.testing.assert_allclose(layer.blobs[0].cpu_diff, 2 * slope_grad, rtol=1e-5,
                                atol=1e-6)
 
 
@@ -111,7 +111,7 @@ def test_no_param_or_bottom_gradient_when_switched_off(engine):
     bottom[0].diff[...] = 9
     layer.param_propagate_down = [False]
     layer.backward(top, [False], bottom)
-    assert np.all(layer.blobs[0].read_diff() == 7) and np.all(bottom[0].read_diff() == 9)
+    assert np.all(layer.blobs[0].cpu_diff == 7) and np.all(bottom[0].cpu_diff == 9)
 
 
 def test_matches_relu_with_slope_quarter():
@@ -140,10 +140,10 @@ def test_in_place_matches_out_of_place(engine, shared):
         top = bottom if in_place else Blob()
         layer.setup([bottom], [top])
         layer.forward([bottom], [top])
-        y = top.read_data().copy()
+        y = top.cpu_data.copy()
         top.diff[...] = dy
         layer.backward([top], [True], [bottom])
-        results.append((y, bottom.read_diff().copy(), layer.blobs[0].read_diff().copy()))
+        results.append((y, bottom.cpu_diff.copy(), layer.blobs[0].cpu_diff.copy()))
     for out_of_place, in_place in zip(*results):
         np.testing.assert_array_equal(out_of_place, in_place)
     assert np.any(results[1][2] != 0)

@@ -54,7 +54,7 @@ def test_zero_input_gets_negative_slope_gradient(engine):
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].read_diff(), [0.25, 0.25, 1.0])
+    np.testing.assert_array_equal(bottom[0].cpu_diff, [0.25, 0.25, 1.0])
 
 
 def test_needs_one_bottom():

@@ -254,16 +254,16 @@ def run_modes(text, bottoms, forwards, top_diffs, num_tops=1):
             backend.set_mode_gpu(0)
         try:
             if weights is None:
-                weights = [b.read_data().copy() for b in layer.blobs]
+                weights = [b.cpu_data.copy() for b in layer.blobs]
             for blob, values in zip(layer.blobs, weights):
                 blob.data[...] = values
             for _ in range(forwards):
                 layer.forward(bottom, top)
-            outputs = [t.read_data().copy() for t in top]
+            outputs = [t.cpu_data.copy() for t in top]
             for blob, diff in zip(top, top_diffs):
                 blob.diff[...] = diff
             layer.backward(top, [True, False] + [False] * (len(bottom) - 2), bottom)
-            grads = [b.read_diff().copy() for b in bottom[:1] + layer.blobs]
+            grads = [b.cpu_diff.copy() for b in bottom[:1] + layer.blobs]
         finally:
             backend.set_mode_cpu()
         results.append((outputs, grads))
@@ -308,12 +308,12 @@ def test_gpu_state_is_carried_on_the_device(gpu_mode):
     from pycaffe_cli.synced_memory import Head
     layer, bottom, top = set_up(rnn(), list(data(24)))
     final = layer.recurrent_outputs[0]
-    memory.fill(final.gpu_data, 0.25)
+    memory.fill(final.mutable_gpu_data, 0.25)
     layer._carry_state_gpu()
     assert final.data_memory.head is Head.AT_GPU  # not read back to the host
     start = layer.recurrent_inputs[0]
     assert start.data_memory.head is Head.AT_GPU  # written on the device
-    assert np.all(start.read_data() == np.float32(0.25))
+    assert np.all(start.cpu_data == np.float32(0.25))
 
 
 def test_gpu_gradient(gpu_mode):

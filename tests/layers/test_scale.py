@@ -117,9 +117,9 @@ def test_param_gradients_accumulate(engine):
     for blob in layer.blobs:
         blob.diff[...] = 10
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].read_diff(), 10 + (dy * x).sum(axis=(0, 2)),
+    np.testing.assert_allclose(layer.blobs[0].cpu_diff, 10 + (dy * x).sum(axis=(0, 2)),
                                rtol=1e-5)
-    np.testing.assert_allclose(layer.blobs[1].read_diff(), 10 + dy.sum(axis=(0, 2)),
+    np.testing.assert_allclose(layer.blobs[1].cpu_diff, 10 + dy.sum(axis=(0, 2)),
                                rtol=1e-5)
 
 

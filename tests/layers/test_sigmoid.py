@@ -25,7 +25,7 @@ def test_extreme_inputs_saturate(engine):
     layer, bottom, top = set_up(SIGMOID, [np.array([-1e4, -100.0, 0.0, 100.0, 1e4])])
     with np.errstate(all="raise"):
         layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].read_data(), [0, 0, 0.5, 1, 1], atol=1e-30)
+    np.testing.assert_allclose(top[0].cpu_data, [0, 0, 0.5, 1, 1], atol=1e-30)
 
 
 @pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)]), indirect=["engine"])

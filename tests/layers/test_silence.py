@@ -54,8 +54,8 @@ def test_gpu_backward_zeroes_on_the_device(gpu_mode):
         blob.diff[...] = 7
     layer.backward(top, [True, False], bottom)
     assert layer.backward_gpu is not None
-    np.testing.assert_array_equal(bottom[0].read_diff(), 0)
-    np.testing.assert_array_equal(bottom[1].read_diff(), 7)
+    np.testing.assert_array_equal(bottom[0].cpu_diff, 0)
+    np.testing.assert_array_equal(bottom[1].cpu_diff, 7)
 
 
 def test_gpu_gradient(gpu_mode):

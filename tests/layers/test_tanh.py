@@ -24,7 +24,7 @@ def test_forward(shape):
 def test_extreme_inputs_saturate(engine):
     layer, bottom, top = set_up(TANH, [np.array([-1e4, 0.0, 1e4])])
     layer.forward(bottom, top)
-    np.testing.assert_array_equal(top[0].read_data(), [-1, 0, 1])
+    np.testing.assert_array_equal(top[0].cpu_data, [-1, 0, 1])
 
 
 @pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)]), indirect=["engine"])

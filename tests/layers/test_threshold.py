@@ -40,7 +40,7 @@ def test_in_place(engine):
     layer = create_layer(layer_param(threshold(0.5)))
     layer.setup([blob], [blob])
     layer.forward([blob], [blob])
-    np.testing.assert_array_equal(blob.read_data(), [0, 0, 1])
+    np.testing.assert_array_equal(blob.cpu_data, [0, 0, 1])
 
 
 def test_backward_is_not_implemented():
@@ -82,7 +82,7 @@ def test_gpu_backward(gpu_mode, caplog, monkeypatch):
     layer.forward(bottom, top)
     bottom[0].diff[...] = 4
     layer.backward(top, [False], bottom)
-    np.testing.assert_array_equal(bottom[0].read_diff(), [4, 4, 4])
+    np.testing.assert_array_equal(bottom[0].cpu_diff, [4, 4, 4])
     with pytest.raises(CaffeError, match='"step".*no backward'):
         layer.backward(top, [True], bottom)
     assert "no GPU" not in caplog.text

@@ -132,7 +132,7 @@ def test_adam_with_changing_gradient():
     np.testing.assert_allclose(w, np.array(W0) - step1 - step2, rtol=1e-6)
     assert step2 == pytest.approx(0.0965182, rel=1e-6)  # 0.1 * 0.235317 * 0.29 / 0.0707036
     params = len(solver.net.learnable_params)   # history: all m blobs, then all v blobs
-    m, v = solver.history[0].read_data(), solver.history[params].read_data()
+    m, v = solver.history[0].cpu_data, solver.history[params].cpu_data
     np.testing.assert_allclose(m, [0.29] * 3, rtol=1e-6)
     b2 = float(np.float32(0.999))                # momentum2 is a float field
     np.testing.assert_allclose(v, [b2 * (1 - b2) + (1 - b2) * 4] * 3, rtol=1e-6)
