@@ -182,9 +182,9 @@ class RecurrentLayer(Layer):
                              f"{self.N} streams, got {bottom[2].shape_string()}")
         self._build_net(bottom)
         self.blobs = list(self.net.learnable_params)
-        for i, owner in enumerate(self.net.param_owners):
-            if owner == -1:
-                LOG.info(f"Adding parameter {i}: {self.net.param_display_names[i]}")
+        for i, param in enumerate(self.net.param_entries):
+            if param.owner == -1:
+                LOG.info(f"Adding parameter {i}: {param.display_name}")
         self._load_given_blobs()
         self.param_propagate_down = [True] * len(self.blobs)
 
@@ -330,12 +330,11 @@ class RecurrentLayer(Layer):
         ``self.blobs`` new storage (Caffe re-shares its test nets' weights for the same
         reason).
         """
-        net = self.net
-        for blob, learnable_id in zip(net.params, net.learnable_param_ids):
-            owner = self.blobs[learnable_id]
-            if blob is not owner:
-                blob.share_data(owner)
-                blob.share_diff(owner)
+        for param in self.net.param_entries:
+            owner = self.blobs[param.learnable_id]
+            if param.blob is not owner:
+                param.blob.share_data(owner)
+                param.blob.share_diff(owner)
 
     # --- forward / backward ------------------------------------------------------------------
     def forward_cpu(self, bottom, top):
@@ -366,9 +365,10 @@ class RecurrentLayer(Layer):
 
     def backward_cpu(self, top, propagate_down, bottom):
         # Gradients for x and x_static only where asked; none for cont or exposed states.
-        self.net.bottom_need_backward[self.x_transform_id][0] = bool(propagate_down[0])
+        layers = self.net.layer_entries
+        layers[self.x_transform_id].bottom_need_backward[0] = bool(propagate_down[0])
         if self.static_input:
-            self.net.bottom_need_backward[self.static_transform_id][0] = bool(propagate_down[2])
+            layers[self.static_transform_id].bottom_need_backward[0] = bool(propagate_down[2])
         self.net.backward(start=self.last_layer)
 
     def backward_gpu(self, top, propagate_down, bottom):

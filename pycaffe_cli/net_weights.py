@@ -15,17 +15,17 @@ from pycaffe_cli.proto import caffe_pb2
 def copy_trained_layers_from(net, path):
     """Load weights from a .caffemodel or .h5 file into ``net``'s same-named layers."""
     for layer_name, arrays in read_weights(path):
-        if not net.has_layer(layer_name):
+        layer_id = net.layer_id(layer_name)
+        if layer_id is None:
             LOG.info(f"Ignoring source layer {layer_name}")
             continue
-        layer_id = net.layer_names.index(layer_name)
-        _copy_layer(net, layer_id, arrays, path)
+        _copy_layer(net, net.layer_entries[layer_id], arrays, path)
 
 
-def _copy_layer(net, layer_id, arrays, path):
+def _copy_layer(net, entry, arrays, path):
     """Copy one layer's arrays; a param missing from the file (None) is fine only if shared."""
-    layer = net.layers[layer_id]
-    owned = [net.param_owners[i] < 0 for i in net.param_id_vecs[layer_id]]
+    layer = entry.layer
+    owned = [net.param_entries[i].owner < 0 for i in entry.param_ids]
     arrays = list(arrays) + [None] * (len(layer.blobs) - len(arrays))
     missing_owned = any(a is None and own for a, own in zip(arrays, owned))
     if len(arrays) > len(layer.blobs) or missing_owned:
@@ -95,10 +95,10 @@ def save_binaryproto(net, path, write_diff=False):
 
 def save_hdf5(net, path, write_diff=False):
     layers = []
-    for layer_id, layer in enumerate(net.layers):
-        entries = []
-        for blob, net_param_id in zip(layer.blobs, net.param_id_vecs[layer_id]):
-            entries.append((blob.cpu_data, blob.cpu_diff if write_diff else None,
-                            net.param_owners[net_param_id] < 0))
-        layers.append((net.layer_names[layer_id], entries))
+    for entry in net.layer_entries:
+        arrays = []
+        for blob, net_param_id in zip(entry.layer.blobs, entry.param_ids):
+            arrays.append((blob.cpu_data, blob.cpu_diff if write_diff else None,
+                           net.param_entries[net_param_id].owner < 0))
+        layers.append((entry.name, arrays))
     write_hdf5_weights(path, layers, write_diff)

@@ -113,3 +113,18 @@ def engine_cases(cpu, gpu, unpack=False):
     argument names."""
     return [pytest.param(engine, *(case if unpack else (case,)))
             for engine, cases in (("cpu", cpu), ("gpu", gpu)) for case in cases]
+
+
+def assert_tops_on_device(layer, top):
+    """For a test parametrised by ``engine``, right after ``layer.forward``: in GPU mode,
+    assert what compare_layer_modes asserts of its GPU run (the layer has a GPU forward and
+    wrote its tops on the device: AT_GPU, or SYNCED for a loss top that forward read back),
+    not on the host through the CPU fallback. Does nothing in CPU mode. Call it before the
+    test reads a top on the host (``top[i].data`` moves the head there)."""
+    if backend.mode() is not backend.Mode.GPU:
+        return
+    assert layer.forward_gpu is not None, f"{layer.type} has no forward_gpu"
+    for index, blob in enumerate(top):
+        head = blob.data_memory.head
+        assert head in (Head.AT_GPU, Head.SYNCED), \
+            f"top {index} was not written on the device ({head})"

@@ -53,10 +53,10 @@ def test_a_loss_layer_without_top_gets_an_automatic_one(phase, caplog):
     backend.set_random_seed(1)
     with caplog.at_level("INFO", logger="pycaffe"):
         net = Net(net_param(pascal_like()), phase)
-    loss_id = net.layer_names.index("loss")
-    (top_id,) = net.top_ids[loss_id]
-    assert net.blob_names[top_id] == "(automatic)"
-    assert net.blob_loss_weights[top_id] == 1
+    loss_layer = net.layer_entries[net.layer_id("loss")]
+    (top_id,) = loss_layer.top_ids
+    assert net.blob_entries[top_id].name == "(automatic)"
+    assert net.blob_entries[top_id].loss_weight == 1
     assert "loss -> (automatic)" in caplog.messages
     outputs = [net.blob_names[i] for i in net.output_blob_indices]
     assert outputs == (["accuracy"] if phase == TEST else [])
@@ -66,7 +66,7 @@ def test_a_loss_layer_without_top_gets_an_automatic_one(phase, caplog):
     assert loss == pytest.approx(expected, rel=1e-5)
     assert net.blobs[top_id].data.item() == pytest.approx(expected, rel=1e-5)
     if phase == TRAIN:
-        assert net.layer_need_backward[loss_id]
+        assert loss_layer.need_backward
         net.backward()
         assert np.abs(net.layer_by_name("fc8_pascal").blobs[0].diff).sum() > 0
 
@@ -99,11 +99,11 @@ def test_every_bvlc_loss_layer_gets_an_automatic_top(type_name):
     net.blob_by_name("label").data[...] = [0, 2, 1, 2]
     net.blob_by_name("similar").data[...] = [1, 0, 1, 0]
     net.blob_by_name("infogain").data[...] = np.eye(3)
-    loss_id = net.layer_names.index("loss")
-    assert [net.blob_names[i] for i in net.top_ids[loss_id]] == ["(automatic)"]
+    (top_id,) = net.layer_entries[net.layer_id("loss")].top_ids
+    assert net.blob_entries[top_id].name == "(automatic)"
     loss = net.forward()
     assert np.isfinite(loss) and loss > 0
-    assert loss == pytest.approx(net.blobs[net.top_ids[loss_id][0]].data.item())
+    assert loss == pytest.approx(net.blob_entries[top_id].blob.data.item())
 
 
 def test_two_losses_without_tops_are_both_counted():

@@ -111,8 +111,8 @@ def test_in_place_layers_reuse_the_bottom_blob_and_outputs_are_sorted():
         layer { name: "copy" type: "ReLU" bottom: "data" top: "acopy" }
     """)
     net = Net(param, TRAIN)
-    relu = net.layer_names.index("relu")
-    assert net.top_vecs[relu][0] is net.bottom_vecs[relu][0]
+    relu = net.layer_entries[net.layer_id("relu")]
+    assert relu.tops[0] is relu.bottoms[0]
     assert [net.blob_names[i] for i in net.output_blob_indices] == ["acopy", "zloss"]
     assert [net.blob_names[i] for i in net.input_blob_indices] == ["data", "target"]
 
@@ -183,10 +183,10 @@ def test_lr_mult_zero_and_no_loss_skip_backward():
         layer { name: "loss" type: "EuclideanLoss" bottom: "t" bottom: "target" top: "loss" }
     """)
     net = Net(param, TRAIN)
-    need = dict(zip(net.layer_names, net.layer_need_backward))
+    need = {entry.name: entry.need_backward for entry in net.layer_entries}
     assert need == {"input": False, "data_input_0_split": False, "frozen": False,
                     "side": False, "top": True, "loss": True}
-    assert net.bottom_need_backward[net.layer_names.index("top")] == [False]
+    assert net.layer_entries[net.layer_id("top")].bottom_need_backward == [False]
     assert net.layer_by_name("frozen").param_propagate_down == [False, False]
 
 
@@ -199,17 +199,17 @@ def test_propagate_down_false_stops_gradient_to_that_bottom():
         layer { name: "loss" type: "EuclideanLoss" bottom: "ip2" bottom: "target" top: "loss" }
     """)
     net = Net(param, TRAIN)
-    need = dict(zip(net.layer_names, net.layer_need_backward))
+    need = {entry.name: entry.need_backward for entry in net.layer_entries}
     assert need["ip2"] and not need["ip"]
-    assert net.bottom_need_backward[net.layer_names.index("ip2")] == [False]
+    assert net.layer_entries[net.layer_id("ip2")].bottom_need_backward == [False]
 
 
 def test_force_backward_reaches_the_data():
     param = net_param("force_backward: true\n" + IP_LOSS)
     net = Net(param, TRAIN)
-    loss_id = net.layer_names.index("loss")
-    assert net.bottom_need_backward[loss_id] == [True, True]  # Euclidean allows both
-    assert net.bottom_need_backward[net.layer_names.index("ip")] == [True]
+    need = {entry.name: entry.bottom_need_backward for entry in net.layer_entries}
+    assert need["loss"] == [True, True]  # Euclidean allows both
+    assert need["ip"] == [True]
     fill_inputs(net)
     net.forward()
     net.backward()
@@ -230,9 +230,9 @@ def test_shared_params_share_data_and_diff_and_count_once():
     net = Net(net_param(SHARED % ""), TRAIN)
     a, b = net.layer_by_name("a"), net.layer_by_name("b")
     assert b.blobs[0].shares_data_with(a.blobs[0])
-    assert net.param_owners == [-1, -1, 0, 1]
+    assert [param.owner for param in net.param_entries] == [-1, -1, 0, 1]
     assert len(net.learnable_params) == 2
-    assert net.learnable_param_ids == [0, 1, 0, 1]
+    assert [param.learnable_id for param in net.param_entries] == [0, 1, 0, 1]
 
 
 def test_shared_param_gradient_is_the_sum_of_both_uses():

@@ -70,8 +70,8 @@ class Net:
         self._layer_dict = NamedDict("layer", where, zip(engine.layer_names, self._layer_views))
         self._params_dict = NamedDict("layer with parameters", where, [
             (name, layer.blobs) for name, layer in self._layer_dict.items() if len(layer.blobs)])
-        self._top_names = self._names_by_layer(engine.top_ids)
-        self._bottom_names = self._names_by_layer(engine.bottom_ids)
+        self._top_names = self._names_by_layer(lambda entry: entry.top_ids)
+        self._bottom_names = self._names_by_layer(lambda entry: entry.bottom_ids)
 
     # --- what the net holds --------------------------------------------------------------
     @property
@@ -100,13 +100,13 @@ class Net:
 
     @property
     def _blob_loss_weights(self):
-        return list(self._net.blob_loss_weights)
+        return [entry.loss_weight for entry in self._net.blob_entries]
 
     def _top_ids(self, layer_id):
-        return list(self._net.top_ids[layer_id])
+        return list(self._net.layer_entries[layer_id].top_ids)
 
     def _bottom_ids(self, layer_id):
-        return list(self._net.bottom_ids[layer_id])
+        return list(self._net.layer_entries[layer_id].bottom_ids)
 
     @property
     def blobs(self):
@@ -116,7 +116,7 @@ class Net:
     @property
     def blob_loss_weights(self):
         return NamedDict("blob", self._net.name,
-                         zip(self._net.blob_names, self._net.blob_loss_weights))
+                         [(entry.name, entry.loss_weight) for entry in self._net.blob_entries])
 
     @property
     def layer_dict(self):
@@ -146,10 +146,10 @@ class Net:
         """OrderedDict: layer name -> names of its bottom blobs."""
         return self._bottom_names
 
-    def _names_by_layer(self, ids):
+    def _names_by_layer(self, ids_of):
         names = self._net.blob_names
-        return OrderedDict((layer, [names[i] for i in ids[k]])
-                           for k, layer in enumerate(self._net.layer_names))
+        return OrderedDict((entry.name, [names[i] for i in ids_of(entry)])
+                           for entry in self._net.layer_entries)
 
     # --- running -------------------------------------------------------------------------
     def _forward(self, start, end):
@@ -257,9 +257,10 @@ class Net:
     def _layer_index(self, name, default):
         if name is None:
             return default
-        if name not in self._net.layer_names:
+        layer_id = self._net.layer_id(name)
+        if layer_id is None:
             raise KeyError(f"net {self._net.name!r} has no layer named {name!r}")
-        return self._net.layer_names.index(name)
+        return layer_id
 
     def reshape(self):
         """Propagate new input shapes through every layer."""

@@ -31,9 +31,8 @@ def test(model, weights, iterations, gpu, level, stage):
     loss /= np.float32(iterations)
     LOG.info(f"Loss: {loss:g}")
     for score, output in zip(scores, score_output):
-        blob_id = net.output_blob_indices[output]
-        name = net.blob_names[blob_id]
-        weight = np.float32(net.blob_loss_weights[blob_id])
+        entry = net.blob_entries[net.output_blob_indices[output]]
+        name, weight = entry.name, np.float32(entry.loss_weight)
         mean = score / np.float32(iterations)
         suffix = f" (* {weight:g} = {weight * mean:g} loss)" if weight else ""
         LOG.info(f"{name} = {mean:g}{suffix}")
@@ -47,10 +46,10 @@ def _score(net, iterations):
     for i in range(iterations):
         loss += np.float32(net.forward())
         values = []
-        for j, blob in enumerate(net.output_blobs):
-            name = net.blob_names[net.output_blob_indices[j]]
-            for value in blob.cpu_data.ravel():
-                LOG.info(f"Batch {i}, {name} = {value:g}")
+        for j, blob_id in enumerate(net.output_blob_indices):
+            entry = net.blob_entries[blob_id]
+            for value in entry.blob.cpu_data.ravel():
+                LOG.info(f"Batch {i}, {entry.name} = {value:g}")
                 values.append(value)
                 if i == 0:
                     score_output.append(j)

@@ -21,10 +21,10 @@ def first_non_finite_output(net):
     A layer computing in place shares its top with the layer before it, which is then
     the one named.
     """
-    for layer_id, (tops, top_ids) in enumerate(zip(net.top_vecs, net.top_ids)):
-        for blob, blob_id in zip(tops, top_ids):
+    for layer_id, entry in enumerate(net.layer_entries):
+        for blob, blob_id in zip(entry.tops, entry.top_ids):
             if blob.count() and not _finite(blob):
-                return layer_id, net.blob_names[blob_id]
+                return layer_id, net.blob_entries[blob_id].name
     return None
 
 
@@ -36,8 +36,8 @@ def divergence_message(loss, net, iteration):
                  "overflowed when added, or an earlier pass of iter_size went wrong)")
     else:
         layer_id, top = found
-        layer = net.layers[layer_id]
-        where = (f'layer "{net.layer_names[layer_id]}" (type {layer.type}) is the first whose '
+        layer = net.layer_entries[layer_id].layer
+        where = (f'layer "{layer.name}" (type {layer.type}) is the first whose '
                  f'output ("{top}") is NaN or inf')
         if not all(_finite(blob) for blob in layer.blobs):
             where += "; its own weights are NaN or inf"

@@ -69,6 +69,8 @@ class LoopMixin:
             if (param.test_interval and self.iter % param.test_interval == 0
                     and (self.iter > 0 or param.test_initialization)):
                 self.test_all()
+                if self.coordinator is not None:   # rank 0 tested; did it stop?
+                    self.coordinator.after_test(self)
                 if self.requested_early_exit:
                     break
             for callback in self.callbacks:
@@ -94,6 +96,8 @@ class LoopMixin:
             self.apply_update()
             self.iter += 1
             request = self._requested_action()
+            if self.coordinator is not None:   # every rank does what rank 0 was asked
+                request = self.coordinator.agree(request)
             if (param.snapshot and self.iter % param.snapshot == 0) or request == "snapshot":
                 self.snapshot()
             if request == "stop":
@@ -179,9 +183,9 @@ class LoopMixin:
     def _log_outputs(net, which, values):
         """The "    Train/Test net output #k: name = v (* w = l loss)" lines."""
         index = 0
-        for blob_id, blob in zip(net.output_blob_indices, net.output_blobs):
-            name = net.blob_names[blob_id]
-            weight = _f32(net.blob_loss_weights[blob_id])
+        for blob_id in net.output_blob_indices:
+            entry = net.blob_entries[blob_id]
+            name, blob, weight = entry.name, entry.blob, _f32(entry.loss_weight)
             for value in values[index:index + blob.count()]:
                 suffix = f" (* {_g(weight)} = {_g(weight * value)} loss)" if weight else ""
                 LOG.info(f"    {which} net output #{index}: {name} = {_g(value)}{suffix}")

@@ -59,7 +59,7 @@ class UpdateMixin:
         if self.param.display and self.iter % self.param.display == 0:
             LOG.info(f"Iteration {self.iter}, lr = {float(rate):g}")
         self.clip_gradients()
-        for param_id in range(len(self.net.learnable_params)):
+        for param_id in range(len(self.net.learnable_entries)):
             self.normalize(param_id)
             self.regularize(param_id)
             self.compute_update_value(param_id, rate)
@@ -83,15 +83,16 @@ class UpdateMixin:
         """diff *= 1 / iter_size (undo the accumulation over iter_size passes)."""
         if self.param.iter_size == 1:
             return
-        self.net.learnable_params[param_id].scale_diff(_f32(1) / _f32(self.param.iter_size))
+        self.net.learnable_entries[param_id].blob.scale_diff(_f32(1) / _f32(self.param.iter_size))
 
     def regularize(self, param_id):
         """L2: diff += decay * data; L1: diff += decay * sign(data);
         decay = weight_decay * decay_mult."""
-        decay = _f32(self.param.weight_decay) * _f32(self.net.params_weight_decay[param_id])
+        entry = self.net.learnable_entries[param_id]
+        decay = _f32(self.param.weight_decay) * _f32(entry.decay_mult)
         if not decay:
             return
-        blob = self.net.learnable_params[param_id]
+        blob = entry.blob
         kind = self.param.regularization_type
         if kind not in ("L1", "L2"):
             raise CaffeError(f"Unknown regularization type: {kind} (known types: L1, L2)")
@@ -109,7 +110,7 @@ class UpdateMixin:
 
     def local_rate(self, param_id, rate):
         """rate * lr_mult of param ``param_id``, in float32."""
-        return _f32(rate) * _f32(self.net.params_lr[param_id])
+        return _f32(rate) * _f32(self.net.learnable_entries[param_id].lr_mult)
 
     def compute_update_value(self, param_id, rate):
         """Turn the param's diff into the step to subtract (the update rule)."""
@@ -130,13 +131,13 @@ class UpdateMixin:
 
     def diff_of(self, param_id):
         """The flat diff of learnable param ``param_id``, on the device in GPU mode."""
-        blob = self.net.learnable_params[param_id]
+        blob = self.net.learnable_entries[param_id].blob
         return blob.mutable_gpu_diff if self.on_gpu else blob.flat_diff
 
     def history_of(self, param_id, which=0):
         """The flat history array ``which`` (0 or 1) of learnable param ``param_id``, on the
         device in GPU mode."""
-        blob = self.history[which * len(self.net.learnable_params) + param_id]
+        blob = self.history[which * len(self.net.learnable_entries) + param_id]
         return blob.mutable_gpu_data if self.on_gpu else blob.flat_data
 
 

@@ -44,11 +44,21 @@ def iterations_logged(messages):
             if re.match(r"Iteration \d+ \(.* iter/s, .*s/1 iters\), loss = ", m)]
 
 
-def test_train_logs_like_caffe(run_cli, make_solver, tmp_path):
-    result = run_cli("train", "-solver", make_solver())
+# CPU, and the GPU with both spellings of the flag.
+TRAIN_DEVICES = DEVICES + [pytest.param(["-gpu=0"], id="gpu_eq", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", TRAIN_DEVICES)
+def test_train_logs_like_caffe(run_cli, make_solver, tmp_path, device):
+    solver = make_solver()
+    result = run_cli("train", "-solver", solver, *device)
     assert result.code == 0, result.err
     messages = result.messages
-    assert "Use CPU." in messages
+    if device:
+        assert "Using GPUs 0" in messages
+        assert any(m.startswith("GPU 0: ") for m in messages)
+    else:
+        assert "Use CPU." in messages
     assert messages.index("Starting Optimization") < messages.index("Solving tiny")
     assert iterations_logged(messages) == [0, 1, 2, 3]
     assert [m for m in messages if m.endswith("Testing net (#0)")] == [
@@ -61,6 +71,12 @@ def test_train_logs_like_caffe(run_cli, make_solver, tmp_path):
     assert messages[-2:] == ["Optimization Done.", "Optimization Done."]
     assert "Traceback" not in result.err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert backend.mode() is backend.Mode.CPU   # run_cli restores it
+    if device:  # the device trains to the CPU's losses
+        cpu = run_cli("train", "-solver", solver)
+        assert cpu.code == 0, cpu.err
+        assert len(_losses(result)) == 4
+        assert _losses(result) == pytest.approx(_losses(cpu), rel=1e-4)
 
 
 @pytest.mark.parametrize("spelling", [["-solver", "{}"], ["-solver={}"], ["--solver={}"],
@@ -145,56 +161,39 @@ def test_weights_file_missing(run_cli, make_solver, tmp_path):
     assert missing in line
 
 
-@pytest.mark.usefixtures("no_cuda")
-def test_gpu_flag_without_cuda(run_cli, make_solver):
-    result = run_cli("train", "-solver", make_solver(), "-gpu", "0")
-    assert result.code == 1
-    [line] = result.error_lines()
-    assert "no CUDA device is available" in line
-    assert "Traceback" not in result.err
-
-
-@pytest.mark.usefixtures("no_cuda")
-def test_solver_mode_gpu_falls_back_to_cpu(run_cli, make_solver):
-    solver = make_solver(**QUICK, solver_mode="GPU", device_id=1)
+@pytest.mark.parametrize("cuda", [pytest.param(False, id="no_cuda"),
+                                  pytest.param(True, id="cuda", marks=pytest.mark.gpu)])
+def test_solver_mode_gpu_and_the_gpu_flag(run_cli, make_solver, request, cuda):
+    """solver_mode: GPU runs on its device where numba sees one, and on the CPU with one
+    warning where it sees none; a -gpu flag wins over solver_mode, and asking it for a device
+    that is not there fails cleanly."""
+    if not cuda:
+        request.getfixturevalue("no_cuda")
+    solver = make_solver(**QUICK, solver_mode="GPU", device_id=0 if cuda else 1)
     result = run_cli("train", "-solver", solver)
     assert result.code == 0, result.err
+    if cuda:
+        assert "Using GPUs 0" in result.messages
+        flagged = run_cli("train", "-solver", solver, "-gpu", "3")
+        assert flagged.code == 1
+        assert "GPU 3 requested but this machine has 1 CUDA device" in flagged.err
+        return
     warnings = [line for line in result.err.splitlines() if line.startswith("W")]
     assert len(warnings) == 1
     assert warnings[0].endswith("] solver_mode is GPU but no CUDA device is available; "
                                 "running on CPU")
     assert "Use CPU." in result.messages
     assert backend.mode() is backend.Mode.CPU
+    flagged = run_cli("train", "-solver", make_solver(), "-gpu", "0")
+    assert flagged.code == 1
+    [line] = flagged.error_lines()
+    assert "no CUDA device is available" in line
+    assert "Traceback" not in flagged.err
 
 
 def _losses(result):
     return [float(m.rsplit("= ", 1)[1]) for m in result.messages
             if re.match(r"Iteration \d+ \(.*\), loss = ", m)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("how", [["-gpu", "0"], ["-gpu=0"]])
-def test_gpu_training_matches_cpu_training(run_cli, make_solver, how):
-    solver = make_solver()
-    cpu = run_cli("train", "-solver", solver)
-    gpu = run_cli("train", "-solver", solver, *how)
-    assert cpu.code == 0 and gpu.code == 0, gpu.err
-    assert "Using GPUs 0" in gpu.messages
-    assert any(m.startswith("GPU 0: ") for m in gpu.messages)
-    assert len(_losses(gpu)) == 4
-    assert _losses(gpu) == pytest.approx(_losses(cpu), rel=1e-4)
-    assert backend.mode() is backend.Mode.CPU   # run_cli restores it
-
-
-@pytest.mark.gpu
-def test_solver_mode_gpu_is_honoured_and_the_flag_wins(run_cli, make_solver):
-    solver = make_solver(**QUICK, solver_mode="GPU", device_id=0)
-    result = run_cli("train", "-solver", solver)
-    assert result.code == 0, result.err
-    assert "Using GPUs 0" in result.messages
-    flagged = run_cli("train", "-solver", solver, "-gpu", "3")
-    assert flagged.code == 1
-    assert "GPU 3 requested but this machine has 1 CUDA device" in flagged.err
 
 
 # --- signals -------------------------------------------------------------------------------

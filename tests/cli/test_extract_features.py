@@ -45,12 +45,20 @@ def floats(datum):
     return np.array(datum.float_data, np.float32)
 
 
-def test_items_keys_shapes_and_values(run_cli, model, tmp_path):
+# The default mode (CPU), and GPU [DEVICE_ID].
+MODES = [pytest.param([], id="default"),
+         pytest.param(["GPU", "0"], id="gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_items_keys_shapes_and_values(run_cli, model, tmp_path, mode):
     proto, weights, w, b = model
     data_db, ip_db = tmp_path / "data_db", tmp_path / "ip_db"
     result = run_cli("extract_features", weights, proto, "data,ip", f"{data_db},{ip_db}", 2,
-                     "lmdb")
+                     "lmdb", *mode)
     assert result.code == 0, result.err
+    if mode:
+        assert result.messages[:2] == ["Using GPU", "Using Device_id=0"]
     data_items, ip_items = read_db(data_db), read_db(ip_db)
     # 2 batches of 3 items; Caffe's keys are the running index, 10 digits zero-padded
     assert [key for key, _ in data_items] == [f"{i:010d}" for i in range(6)]
@@ -68,16 +76,20 @@ def test_items_keys_shapes_and_values(run_cli, model, tmp_path):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_log_lines(run_cli, model, tmp_path):
+@pytest.mark.parametrize("mode, first", [
+    pytest.param(["CPU"], ["Using CPU"], id="cpu"),
+    pytest.param(["GPU", "0"], ["Using GPU", "Using Device_id=0"], id="gpu",
+                 marks=pytest.mark.gpu)])
+def test_log_lines(run_cli, model, tmp_path, mode, first):
     proto, weights, _, _ = model
     db = tmp_path / "ip_db"
-    result = run_cli("extract_features", weights, proto, "ip", db, 3, "lmdb", "CPU")
+    result = run_cli("extract_features", weights, proto, "ip", db, 3, "lmdb", *mode)
     assert result.code == 0, result.err
     lines = [line for line in result.err.splitlines() if line[:1] == "E"]
     messages = [line.split("] ", 1)[1] for line in lines]
-    assert messages == ["Using CPU", "Extacting Features",
-                        "Extracted features of 9 query images for feature blob ip",
-                        "Successfully extracted the features!"]
+    assert messages == first + ["Extacting Features",
+                                "Extracted features of 9 query images for feature blob ip",
+                                "Successfully extracted the features!"]
     assert f"Opening dataset {db}" in result.messages
 
 
@@ -189,19 +201,6 @@ def test_weights_are_loaded(run_cli, model, tmp_path):
     assert result.code == 0, result.err
     for _, datum in read_db(tmp_path / "db"):
         assert floats(datum).tolist() == [0.25, 0.5, 0.75, 1.0]
-
-
-@pytest.mark.gpu
-def test_gpu_mode(run_cli, model, tmp_path):
-    """GPU [DEVICE_ID]: Caffe's log lines, and the same features (data -> ip) as on the CPU."""
-    proto, weights, w, b = model
-    result = run_cli("extract_features", weights, proto, "data,ip",
-                     f"{tmp_path / 'data'},{tmp_path / 'ip'}", 1, "lmdb", "GPU", "0")
-    assert result.code == 0, result.err
-    assert result.messages[:2] == ["Using GPU", "Using Device_id=0"]
-    inputs = np.stack([floats(d) for _, d in read_db(tmp_path / "data")])
-    features = np.stack([floats(d) for _, d in read_db(tmp_path / "ip")])
-    np.testing.assert_allclose(features, inputs @ w.T + b, rtol=1e-5, atol=1e-6)
 
 
 def test_leveldb(run_cli, model, tmp_path):

@@ -1,12 +1,12 @@
-"""AbsVal: forward against numpy, gradients away from the kink, sign(0) = 0, no in-place; the
-GPU path against the CPU's, bit for bit."""
+"""AbsVal: forward and backward against numpy, bit for bit, gradients away from the kink,
+sign(0) = 0, no in-place; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -14,15 +14,31 @@ ABSVAL = 'name: "abs" type: "AbsVal"'
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_forward(shape):
+def test_forward(shape, engine):
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    x.flat[:2] = [0.0, -0.0]
     layer, bottom, top = set_up(ABSVAL, [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     assert top[0].shape == shape
-    np.testing.assert_array_equal(top[0].data, np.abs(x))
+    np.testing.assert_array_equal(top[0].cpu_data, np.abs(x))
 
 
-@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)]), indirect=["engine"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward(shape, engine):
+    """dx = sign(x) dy, exactly (sign(0) = 0)."""
+    rng = np.random.default_rng(4)
+    x, dy = rng.normal(size=shape).astype(np.float32), rng.normal(size=shape).astype(np.float32)
+    x.flat[0] = 0.0
+    layer, bottom, top = set_up(ABSVAL, [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].cpu_diff, np.sign(x) * dy)
+
+
+@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)] + SHAPES),
+                         indirect=["engine"])
 def test_gradient(engine, shape):
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(ABSVAL, [x])
@@ -55,12 +71,3 @@ def test_in_place_is_refused():
 
 def test_v1_name():
     assert v1_type_name("ABSVAL") == "AbsVal"
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", SHAPES)
-def test_gpu_matches_cpu(shape):
-    rng = np.random.default_rng(4)
-    x = rng.normal(size=shape)
-    x.flat[0] = 0.0
-    compare_layer_modes(ABSVAL, [x], top_diffs=[rng.normal(size=shape)], rtol=0, atol=0)

@@ -1,8 +1,10 @@
-"""Accuracy: top-k with Caffe's tie rule, ignore_label, axis, per-class top, errors."""
+"""Accuracy: top-k with Caffe's tie rule, ignore_label, axis, per-class top, errors; on both
+engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
+from tests.gpu_helpers import assert_tops_on_device
 from tests.layer_helpers import no_ties, set_up
 
 
@@ -31,21 +33,26 @@ CASES = [  # shape, axis, top_k, ignore
 
 
 @pytest.mark.parametrize("shape, axis, top_k, ignore", CASES)
-def test_forward(shape, axis, top_k, ignore):
+@pytest.mark.parametrize("num_tops", [1, 2])
+def test_forward(shape, axis, top_k, ignore, num_tops, engine):
     rng = np.random.default_rng(0)
     canonical = axis % len(shape)
     scores = no_ties(rng, shape)
     labels = rng.integers(0, shape[canonical], shape[:canonical] + shape[canonical + 1:])
-    params = f"axis: {axis} top_k: {top_k}" + (f" ignore_label: {ignore}" if ignore is not None
-                                              else "")
-    layer, bottom, top = set_up(accuracy(params), [scores, labels], num_tops=2)
-    layer.forward(bottom, top)
-    total, per_class = reference(scores, labels, canonical, top_k, ignore)
-    assert top[0].shape == () and top[1].shape == (shape[canonical],)
-    np.testing.assert_allclose(top[0].data, total, rtol=1e-6)
-    np.testing.assert_allclose(top[1].data, per_class, rtol=1e-6)
+    params = f"axis: {axis} top_k: {top_k}"
     if ignore is not None:
-        assert top[1].data[ignore] == 0
+        params += f" ignore_label: {ignore}"
+    layer, bottom, top = set_up(accuracy(params), [scores, labels], num_tops=num_tops)
+    layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
+    total, per_class = reference(scores, labels, canonical, top_k, ignore)
+    assert top[0].shape == ()
+    np.testing.assert_allclose(top[0].cpu_data, total, rtol=1e-6)
+    if num_tops == 2:
+        assert top[1].shape == (shape[canonical],)
+        np.testing.assert_allclose(top[1].cpu_data, per_class, rtol=1e-6)
+        if ignore is not None:
+            assert top[1].cpu_data[ignore] == 0
 
 
 def test_hand_computed_top1_and_top2(engine):
@@ -110,17 +117,3 @@ def test_reshape_errors(params, shapes, message):
 def test_blob_counts(num_bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"acc".*{message}'):
         set_up(accuracy(), [np.zeros((2, 3))] * num_bottoms, num_tops)
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape, axis, top_k, ignore", CASES)
-@pytest.mark.parametrize("num_tops", [1, 2])
-def test_gpu_matches_cpu(shape, axis, top_k, ignore, num_tops):
-    from tests.gpu_helpers import compare_layer_modes
-    rng = np.random.default_rng(1)
-    canonical = axis % len(shape)
-    scores = no_ties(rng, shape)
-    labels = rng.integers(0, shape[canonical], shape[:canonical] + shape[canonical + 1:])
-    params = f"axis: {axis} top_k: {top_k}" + (f" ignore_label: {ignore}" if ignore is not None
-                                              else "")
-    compare_layer_modes(accuracy(params), [scores, labels], num_tops=num_tops)

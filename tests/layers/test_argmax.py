@@ -1,10 +1,11 @@
-"""ArgMax: indices/values against numpy, top_k, axis, Caffe's tie order, shapes, errors."""
+"""ArgMax: indices/values against numpy (inputs with and without ties), top_k, axis, Caffe's
+tie order, shapes, errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import v1_type_name
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import no_ties, set_up
 
 
@@ -21,40 +22,54 @@ def ranked(rows, k):
     return np.array(out)
 
 
-@pytest.mark.parametrize("shape", [(3, 10), (2, 3, 4), (2, 3, 2, 2)])
-@pytest.mark.parametrize("top_k", [1, 3])
+def inputs(shape, seed, tied):
+    """Values with no two equal, or (``tied``) integers 0..2 with many ties."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 3, shape).astype(np.float32) if tied else no_ties(rng, shape)
+
+
+@pytest.mark.parametrize("engine, shape, top_k", engine_cases(
+    [(shape, top_k) for top_k in (1, 3) for shape in [(3, 10), (2, 3, 4), (2, 3, 2, 2)]],
+    [((3, 10), 1), ((2, 3, 2, 2), 3), ((2, 5), 5)], unpack=True), indirect=["engine"])
 @pytest.mark.parametrize("out_max_val", [False, True])
-def test_forward_without_axis(shape, top_k, out_max_val):
-    x = no_ties(np.random.default_rng(0), shape)
+@pytest.mark.parametrize("tied", [False, True])
+def test_forward_without_axis(engine, shape, top_k, out_max_val, tied):
+    x = inputs(shape, 0, tied)
     params = f"top_k: {top_k} out_max_val: {str(out_max_val).lower()}"
     layer, bottom, top = set_up(argmax(params), [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     expected_shape = [shape[0], 2 if out_max_val else 1, top_k] + [1] * (len(shape) - 3)
     assert top[0].shape == tuple(expected_shape)
     rows = x.reshape(shape[0], -1)
     index = ranked(rows, top_k)
-    out = top[0].data.reshape(shape[0], -1, top_k)
+    out = top[0].cpu_data.reshape(shape[0], -1, top_k)
     np.testing.assert_array_equal(out[:, 0, :], index)
     if out_max_val:
         np.testing.assert_array_equal(out[:, 1, :], np.take_along_axis(rows, index, axis=1))
 
 
-@pytest.mark.parametrize("shape, axis", [((2, 3, 4), 1), ((2, 3, 4), 2), ((2, 3, 4), 0),
-                                         ((2, 3, 4), -1), ((4, 5), 1)])
-@pytest.mark.parametrize("top_k", [1, 2])
+@pytest.mark.parametrize("engine, shape, axis, top_k", engine_cases(
+    [(shape, axis, top_k) for top_k in (1, 2)
+     for shape, axis in [((2, 3, 4), 1), ((2, 3, 4), 2), ((2, 3, 4), 0), ((2, 3, 4), -1),
+                         ((4, 5), 1)]],
+    [((2, 3, 4), 1, 2), ((2, 3, 4), 0, 1), ((2, 3, 4), -1, 4)], unpack=True),
+    indirect=["engine"])
 @pytest.mark.parametrize("out_max_val", [False, True])
-def test_forward_with_axis(shape, axis, top_k, out_max_val):
-    x = no_ties(np.random.default_rng(1), shape)
+@pytest.mark.parametrize("tied", [False, True])
+def test_forward_with_axis(engine, shape, axis, top_k, out_max_val, tied):
+    x = inputs(shape, 1, tied)
     params = f"axis: {axis} top_k: {top_k} out_max_val: {str(out_max_val).lower()}"
     layer, bottom, top = set_up(argmax(params), [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     moved = np.moveaxis(x, axis, -1)
-    index = ranked(moved.reshape(-1, moved.shape[-1]), top_k).reshape(moved.shape[:-1]
-                                                                       + (top_k,))
+    index = ranked(moved.reshape(-1, moved.shape[-1]), top_k)
+    index = index.reshape(moved.shape[:-1] + (top_k,))
     expected = np.take_along_axis(moved, index, axis=-1) if out_max_val else index
     expected = np.moveaxis(expected, -1, axis)
     assert top[0].shape == expected.shape
-    np.testing.assert_array_equal(top[0].data, expected)
+    np.testing.assert_array_equal(top[0].cpu_data, expected)
 
 
 @pytest.mark.parametrize("top_k", [1, 2, 4])
@@ -93,16 +108,3 @@ def test_errors_name_the_layer(params, shape, message):
 
 def test_v1_name():
     assert v1_type_name("ARGMAX") == "ArgMax"
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape, params", [
-    ((3, 10), ""), ((2, 3, 2, 2), "top_k: 3"), ((2, 5), "top_k: 5"),
-    ((2, 3, 4), "axis: 1 top_k: 2"), ((2, 3, 4), "axis: 0"), ((2, 3, 4), "axis: -1 top_k: 4"),
-])
-@pytest.mark.parametrize("out_max_val", [False, True])
-@pytest.mark.parametrize("tied", [False, True])
-def test_gpu_matches_cpu(shape, params, out_max_val, tied):
-    rng = np.random.default_rng(2)
-    x = rng.integers(0, 3, shape) if tied else no_ties(rng, shape)
-    compare_layer_modes(argmax(f"{params} out_max_val: {str(out_max_val).lower()}"), [x])

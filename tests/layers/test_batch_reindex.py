@@ -1,10 +1,11 @@
-"""BatchReindex: gather against numpy, accumulating backward, gradients, index errors."""
+"""BatchReindex: gather against numpy, accumulating backward, gradients, fractional indices
+truncated, index errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 REINDEX = 'name: "reindex" type: "BatchReindex"'
@@ -15,16 +16,17 @@ def data(shape, seed=0):
 
 
 CASES = [((5, 2, 3), [4, 0, 4, 2, 2, 2]), ((3,), [2, 1]), ((4, 3), [1, 1, 1, 1, 1]),
-         ((2, 2), [])]
+         ((2, 2), []), ((3, 2), [2, 1, 0, 1, 2, 2, 0, 1, 1])]
 
 
 @pytest.mark.parametrize("shape, index", CASES)
-def test_forward(shape, index):
+def test_forward(shape, index, engine):
     x = data(shape)
     layer, bottom, top = set_up(REINDEX, [x, np.array(index, np.float32)])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     assert top[0].shape == (len(index),) + shape[1:]
-    np.testing.assert_array_equal(top[0].data, x[np.array(index, int)])
+    np.testing.assert_array_equal(top[0].cpu_data, x[np.array(index, int)])
 
 
 @pytest.mark.parametrize("shape, index", CASES)
@@ -38,11 +40,26 @@ def test_backward_accumulates(shape, index, engine):
     expected = np.zeros(shape, np.float64)
     for k, i in enumerate(index):
         expected[i] += dy[k]
-    np.testing.assert_allclose(bottom[0].diff, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bottom[0].cpu_diff, expected, rtol=1e-6, atol=1e-7)
 
 
-def test_gradient(engine):
-    layer, bottom, top = set_up(REINDEX, [data((4, 3)), np.array([3, 0, 3, 1, 3])])
+def test_fractional_indices_are_truncated(engine):
+    x, index = data((3, 2)), np.array([2.7, 0.2, 1.9, 2.1], np.float32)
+    layer, bottom, top = set_up(REINDEX, [x, index])
+    layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
+    np.testing.assert_array_equal(top[0].cpu_data, x[[2, 0, 1, 2]])
+    dy = data((4, 2), seed=1)
+    top[0].diff[...] = dy
+    layer.backward(top, [True, False], bottom)
+    np.testing.assert_allclose(bottom[0].cpu_diff, [dy[1], dy[2], dy[0] + dy[3]], rtol=1e-6,
+                               atol=1e-7)
+
+
+@pytest.mark.parametrize("shape, index", [((4, 3), [3, 0, 3, 1, 3])]
+                         + [case for case in CASES if case[1]])
+def test_gradient(engine, shape, index):
+    layer, bottom, top = set_up(REINDEX, [data(shape), np.array(index)])
     if engine == "gpu":
         assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top, check_bottom=[0])
@@ -68,17 +85,3 @@ def test_bad_indices_name_the_layer(engine, index, message):
 def test_index_blob_must_be_one_axis():
     with pytest.raises(CaffeError, match='"reindex".*exactly 1 axis'):
         set_up(REINDEX, [data((3, 2)), np.zeros((2, 1))])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape, index", CASES + [((3, 2), [2, 1, 0, 1, 2, 2, 0, 1, 1])])
-def test_gpu_matches_cpu(shape, index):
-    x, index = data(shape), np.array(index, np.float32)
-    dy = data((len(index),) + shape[1:], seed=1)
-    compare_layer_modes(REINDEX, [x, index], top_diffs=[dy], propagate_down=[True, False])
-
-
-def test_gpu_truncates_fractional_indices():
-    x, index = data((3, 2)), np.array([2.7, 0.2, 1.9, 2.1], np.float32)
-    compare_layer_modes(REINDEX, [x, index], top_diffs=[data((4, 2), seed=1)],
-                        propagate_down=[True, False])

@@ -1,11 +1,11 @@
-"""BNLL (softplus): forward against a float64 reference including large |x|, gradients,
-Caffe's threshold in backward, in-place use; the GPU path against the CPU's."""
+"""BNLL (softplus): forward and backward against a float64 reference including large |x|,
+gradients, Caffe's threshold in backward, in-place use; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -17,42 +17,69 @@ def softplus(x):
     return np.logaddexp(0.0, x)
 
 
+def softplus_grad(x, dy):
+    """dy * sigmoid(min(x, 50)) (Caffe's threshold), rounded to float32."""
+    e = np.exp(np.minimum(np.asarray(x, np.float64), 50.0))
+    return (np.asarray(dy, np.float64) * e / (e + 1.0)).astype(np.float32)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
-def test_forward(shape):
+def test_forward(shape, engine):
     x = np.random.default_rng(0).normal(scale=3.0, size=shape).astype(np.float32)
     layer, bottom, top = set_up(BNLL, [x])
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].data, softplus(x), rtol=1e-6, atol=1e-7)
-    assert np.all(top[0].data >= 0) and np.all(top[0].data >= x)
+    assert_tops_on_device(layer, top)
+    y = top[0].cpu_data
+    np.testing.assert_allclose(y, softplus(x), rtol=1e-6, atol=1e-7)
+    assert np.all(y >= 0) and np.all(y >= x)
 
 
-def test_forward_is_stable_for_large_inputs():
-    x = np.array([-200.0, -60.0, -1e-3, 0.0, 1e-3, 60.0, 200.0, 1e30])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward(shape, engine):
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=3.0, size=shape).astype(np.float32)
+    dy = rng.normal(size=shape).astype(np.float32)
     layer, bottom, top = set_up(BNLL, [x])
     layer.forward(bottom, top)
-    assert np.all(np.isfinite(top[0].data))
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(bottom[0].cpu_diff, softplus_grad(x, dy), rtol=1e-6, atol=1e-7)
+
+
+def test_forward_is_stable_for_large_inputs(engine):
+    x = np.array([-200.0, -60.0, -1e-3, 0.0, 1e-3, 49.0, 60.0, 200.0, 1e30])
+    layer, bottom, top = set_up(BNLL, [x])
+    layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
+    y = top[0].cpu_data
+    assert np.all(np.isfinite(y))
     # Caffe's log(1. + exp(x)) rounds the tiny values of very negative x to 0
-    np.testing.assert_allclose(top[0].data, softplus(x.astype(np.float32)), rtol=1e-6,
-                               atol=1e-20)
-    assert top[0].data[-1] == np.float32(1e30)
+    np.testing.assert_allclose(y, softplus(x.astype(np.float32)), rtol=1e-6, atol=1e-20)
+    assert y[-1] == np.float32(1e30)
 
 
-@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)]), indirect=["engine"])
+@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4)] + SHAPES),
+                         indirect=["engine"])
 def test_gradient(engine, shape):
     x = np.random.default_rng(1).normal(size=shape)
     layer, bottom, top = set_up(BNLL, [x])
     check_gradient(layer, bottom, top, threshold=1e-3)
 
 
-def test_backward_values_and_threshold():
-    x = np.array([-3.0, 0.0, 2.0, 49.0, 80.0, 1e30], np.float32)
+@pytest.mark.parametrize("x", [
+    [-3.0, 0.0, 2.0, 49.0, 80.0, 1e30],
+    [-200.0, -60.0, -1e-3, 0.0, 1e-3, 49.0, 60.0, 200.0, 1e30],
+])
+def test_backward_values_and_threshold(x, engine):
+    x = np.array(x, np.float32)
     layer, bottom, top = set_up(BNLL, [x])
     layer.forward(bottom, top)
     top[0].diff[...] = 2.0
     layer.backward(top, [True], bottom)
-    e = np.exp(np.minimum(x.astype(np.float64), 50.0))
-    np.testing.assert_allclose(bottom[0].diff, 2.0 * e / (e + 1.0), rtol=1e-6)
-    assert np.all(np.isfinite(bottom[0].diff))
+    # (exp(-200) is 0 in float32: so is its gradient)
+    np.testing.assert_allclose(bottom[0].cpu_diff, softplus_grad(x, np.full(x.shape, 2.0)),
+                               rtol=1e-6)
+    assert np.all(np.isfinite(bottom[0].cpu_diff))
 
 
 def test_in_place_matches_out_of_place(engine):
@@ -64,17 +91,3 @@ def test_in_place_matches_out_of_place(engine):
 
 def test_v1_name():
     assert v1_type_name("BNLL") == "BNLL"
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", SHAPES)
-def test_gpu_matches_cpu(shape):
-    rng = np.random.default_rng(4)
-    x = rng.normal(scale=3.0, size=shape)
-    compare_layer_modes(BNLL, [x], top_diffs=[rng.normal(size=shape)])
-
-
-def test_gpu_large_inputs_and_threshold():
-    x = np.array([-200.0, -60.0, -1e-3, 0.0, 1e-3, 49.0, 60.0, 200.0, 1e30])
-    _, gpu, _, grads = compare_layer_modes(BNLL, [x], top_diffs=[np.full(x.shape, 2.0)])
-    assert gpu[0][-1] == np.float32(1e30) and np.all(np.isfinite(grads[0]))

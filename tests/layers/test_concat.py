@@ -1,10 +1,11 @@
-"""Concat: forward joins bottoms along an axis, backward hands each bottom its slice."""
+"""Concat: forward joins bottoms along an axis, backward hands each bottom its slice; a single
+bottom shares; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -34,11 +35,12 @@ CASES = [  # (params, numpy axis, sizes along it)
 
 
 @pytest.mark.parametrize("params, axis, sizes", CASES)
-def test_forward(params, axis, sizes):
+def test_forward(params, axis, sizes, engine):
     xs = inputs(axis, sizes)
     layer, bottom, top = set_up(concat(params), xs)
     layer.forward(bottom, top)
-    np.testing.assert_array_equal(top[0].data, np.concatenate(xs, axis=axis))
+    assert_tops_on_device(layer, top)
+    np.testing.assert_array_equal(top[0].cpu_data, np.concatenate(xs, axis=axis))
 
 
 @pytest.mark.parametrize("params, axis, sizes", CASES)
@@ -54,12 +56,14 @@ def test_backward(params, axis, sizes, engine):
     layer.backward(top, down, bottom)
     parts = np.split(grad, np.cumsum(sizes)[:-1], axis=axis)
     for blob, part, d in zip(bottom, parts, down):
-        np.testing.assert_array_equal(blob.diff, part if d else -7)
+        np.testing.assert_array_equal(blob.cpu_diff, part if d else -7)
 
 
 @pytest.mark.parametrize("engine, params, axis, sizes, base", engine_cases(
     [case + ((2, 3, 2, 3),) for case in (CASES[0], CASES[1], CASES[3])],
-    [("axis: 1", 1, (2, 1), (2, 3, 2))], unpack=True), indirect=["engine"])
+    [("axis: 1", 1, (2, 1), (2, 3, 2))]
+    + [case + ((2, 3, 2, 3),) for case in (CASES[0], CASES[1], CASES[3], CASES[4])],
+    unpack=True), indirect=["engine"])
 def test_gradient(engine, params, axis, sizes, base):
     xs = inputs(axis, sizes, base=base)
     layer, bottom, top = set_up(concat(params), xs)
@@ -68,15 +72,19 @@ def test_gradient(engine, params, axis, sizes, base):
     check_gradient(layer, bottom, top)
 
 
-def test_single_bottom_shares():
+def test_single_bottom_shares(engine):
     x = inputs(1, (3,))[0]
     layer, bottom, top = set_up(concat(), [x])
     layer.forward(bottom, top)
     assert top[0].shares_data_with(bottom[0])
-    np.testing.assert_array_equal(top[0].data, x)
+    np.testing.assert_array_equal(top[0].cpu_data, x)
+    dy = np.random.default_rng(6).normal(size=x.shape).astype(np.float32)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].cpu_diff, dy)
 
 
-def test_single_bottom_gradient():
+def test_single_bottom_gradient(engine):
     layer, bottom, top = set_up(concat(), inputs(1, (2,), base=(2, 2, 3)))
     check_gradient(layer, bottom, top)
 
@@ -106,20 +114,3 @@ def test_mismatched_num_axes():
 def test_bad_axis(params):
     with pytest.raises(CaffeError, match='"cat"'):
         set_up(concat(params), [np.ones((2, 3, 4)), np.ones((2, 3, 4))])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("params, axis, sizes", [CASES[0], CASES[1], CASES[3], CASES[4]])
-def test_gpu_matches_cpu(params, axis, sizes):
-    xs = inputs(axis, sizes, base=(2, 3, 2, 3))
-    total = list(xs[0].shape)
-    total[axis] = sum(sizes)
-    dy = np.random.default_rng(6).normal(size=total)
-    down = [i != 1 for i in range(len(xs))]
-    compare_layer_modes(concat(params), xs, top_diffs=[dy], propagate_down=down)
-
-
-def test_gpu_single_bottom_shares():
-    x = inputs(1, (3,), base=(2, 3, 2))
-    dy = np.random.default_rng(6).normal(size=x[0].shape)
-    compare_layer_modes(concat(), x, top_diffs=[dy], check_device_tops=False)

@@ -1,11 +1,12 @@
-"""ContrastiveLoss: loss and gradients against numpy (current and legacy forms, margins),
-hand-computed values, gradient checks away from the margin kink, force_backward and errors."""
+"""ContrastiveLoss: loss and gradients against numpy (current and legacy forms, margins,
+propagate_down patterns), hand-computed values, gradient checks away from the margin kink,
+force_backward and errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -63,20 +64,29 @@ CASES = [(5, 3, False), (4, 2, True), (6, 1, False)]
 @pytest.mark.parametrize("num, channels, four_d", CASES)
 @pytest.mark.parametrize("legacy", [False, True])
 @pytest.mark.parametrize("margin", [None, 2.0])
-def test_forward_backward(num, channels, four_d, legacy, margin):
+@pytest.mark.parametrize("down, top_diff", [([True, True, False], 1.0),
+                                            ([False, True, False], 1.5)])
+def test_forward_backward(num, channels, four_d, legacy, margin, down, top_diff, engine):
+    """The gradients scale with the top's diff; a feature not propagated to keeps its diff."""
     m = 1.0 if margin is None else margin
     a, b, y = pairs(num, channels, 0, m, legacy, four_d)
     layer, bottom, top = set_up(contrastive(margin, str(legacy).lower()), [a, b, y])
     loss = layer.forward(bottom, top)
-    top[0].diff[...] = 1
-    layer.backward(top, [True, True, False], bottom)
+    assert_tops_on_device(layer, top)
+    top[0].diff[...] = top_diff
+    bottom[0].diff[...] = 7
+    layer.backward(top, down, bottom)
     expected_loss, expected_grad = reference(a, b, y, m, legacy)
+    expected_grad *= top_diff
     assert top[0].shape == ()
-    np.testing.assert_allclose(top[0].data, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-5)
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].diff.reshape(num, -1), expected_grad, rtol=1e-5,
-                               atol=1e-7)
-    np.testing.assert_allclose(bottom[1].diff.reshape(num, -1), -expected_grad, rtol=1e-5,
+    if down[0]:
+        np.testing.assert_allclose(bottom[0].cpu_diff.reshape(num, -1), expected_grad,
+                                   rtol=1e-5, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(bottom[0].cpu_diff, 7)
+    np.testing.assert_allclose(bottom[1].cpu_diff.reshape(num, -1), -expected_grad, rtol=1e-5,
                                atol=1e-7)
 
 
@@ -112,7 +122,9 @@ def test_any_nonzero_integer_label_means_similar(engine):
 
 @pytest.mark.parametrize("engine, num, channels, four_d, legacy, seed", engine_cases(
     [case + (legacy, 3) for legacy in (False, True) for case in CASES],
-    [(4, 3, False, legacy, 6) for legacy in (False, True)], unpack=True), indirect=["engine"])
+    [(4, 3, False, legacy, 6) for legacy in (False, True)]
+    + [case + (legacy, 3) for legacy in (False, True) for case in CASES], unpack=True),
+    indirect=["engine"])
 def test_gradient(engine, num, channels, four_d, legacy, seed):
     a, b, y = pairs(num, channels, seed, 1.0, legacy, four_d)
     layer, bottom, top = set_up(contrastive(legacy=str(legacy).lower(), extra="loss_weight: 2"),
@@ -142,16 +154,3 @@ def test_shape_errors(shapes, message):
 def test_needs_three_bottoms():
     with pytest.raises(CaffeError, match='"loss".*exactly 3 bottom'):
         set_up(contrastive(), [np.zeros((2, 2))] * 2)
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-@pytest.mark.parametrize("num, channels, four_d", CASES)
-@pytest.mark.parametrize("legacy", [False, True])
-@pytest.mark.parametrize("down", [[True, True, False], [False, True, False]])
-def test_gpu_matches_cpu(num, channels, four_d, legacy, down):
-    from tests.gpu_helpers import compare_layer_modes
-    a, b, y = pairs(num, channels, 5, 2.0, legacy, four_d)
-    compare_layer_modes(contrastive(2.0, str(legacy).lower(), "loss_weight: 0"), [a, b, y],
-                        top_diffs=[np.float32(1.5)], propagate_down=down)

@@ -1,10 +1,11 @@
-"""Crop: axis and offset variants against numpy slicing, zero-padded backward, errors."""
+"""Crop: axis and offset variants against numpy slicing, zero-padded backward, gradients,
+errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 SOURCE = (2, 4, 5, 6)
@@ -32,11 +33,12 @@ CASES = [  # params, reference shape, slices into the source
 
 
 @pytest.mark.parametrize("params, reference, where", CASES)
-def test_forward(params, reference, where):
+def test_forward(params, reference, where, engine):
     x = data(SOURCE)
     layer, bottom, top = set_up(crop(params), [x, np.zeros(reference)])
     layer.forward(bottom, top)
-    np.testing.assert_array_equal(top[0].data, x[where])
+    assert_tops_on_device(layer, top)
+    np.testing.assert_array_equal(top[0].cpu_data, x[where])
 
 
 @pytest.mark.parametrize("params, reference, where", CASES)
@@ -50,14 +52,18 @@ def test_backward_pads_zeros(params, reference, where, engine):
     layer.backward(top, [True, False], bottom)
     expected = np.zeros(SOURCE, np.float32)
     expected[where] = dy
-    np.testing.assert_array_equal(bottom[0].diff, expected)
+    np.testing.assert_array_equal(bottom[0].cpu_diff, expected)
 
 
-@pytest.mark.parametrize("engine, params, shape", engine_cases(
-    [("offset: 1", (2, 2, 4, 4))], [("axis: 1 offset: 1", (2, 3, 4, 4))], unpack=True),
+WHOLE_SOURCE = [(params, SOURCE, reference) for params, reference, _ in CASES]
+
+
+@pytest.mark.parametrize("engine, params, shape, reference", engine_cases(
+    [("offset: 1", (2, 2, 4, 4), (1, 1, 2, 3))] + WHOLE_SOURCE,
+    [("axis: 1 offset: 1", (2, 3, 4, 4), (1, 1, 2, 3))] + WHOLE_SOURCE, unpack=True),
     indirect=["engine"])
-def test_gradient(engine, params, shape):
-    layer, bottom, top = set_up(crop(params), [data(shape), np.zeros((1, 1, 2, 3))])
+def test_gradient(engine, params, shape, reference):
+    layer, bottom, top = set_up(crop(params), [data(shape), np.zeros(reference)])
     if engine == "gpu":
         assert layer.backward_gpu is not None
     check_gradient(layer, bottom, top, check_bottom=[0])
@@ -85,12 +91,3 @@ def test_reshape_follows_the_reference():
 def test_errors_name_the_layer(params, reference, message):
     with pytest.raises(CaffeError, match=f'"crop".*{message}'):
         set_up(crop(params), [data(SOURCE), np.zeros(reference)])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("params, reference, where", CASES)
-def test_gpu_matches_cpu(params, reference, where):
-    x = data(SOURCE)
-    dy = data(x[where].shape, seed=1)
-    compare_layer_modes(crop(params), [x, np.zeros(reference)], top_diffs=[dy],
-                        propagate_down=[True, False])

@@ -1,5 +1,5 @@
 """Data layer: Datums from LMDB through the transformer, wrap-around, rand_skip, the prefetch
-thread, exact resume, and the user errors."""
+thread, exact resume, and the user errors; batches on the device in GPU mode."""
 import io
 import json
 import logging
@@ -15,6 +15,7 @@ from pycaffe_cli.io.blob_proto import fill_blob_proto
 from pycaffe_cli.io.prototxt import write_blob_proto
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.synced_memory import Head
 from tests.layer_helpers import set_up
 
 TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
@@ -75,15 +76,24 @@ def log_lines():
     LOG.setLevel(old_level)
 
 
-def test_batches_in_key_order_wrap_around_and_log(db, log_lines):
+def test_batches_in_key_order_wrap_around_and_log(db, log_lines, engine):
+    """In GPU mode the prefetch thread stages the batches in pinned memory and pushes them to
+    the device: forward hands out tops already there."""
     source, pixels = db
     layer, bottom, top = data_layer(source, batch=3, transform="scale: 0.5")
     assert top[0].shape == (3,) + SHAPE and top[1].shape == (3,)
     assert "output data size: 3,2,4,5" in log_lines
-    for step, (data, label) in enumerate(batches(layer, bottom, top, 5)):  # 15 > 2 * 7 rows
+    if engine == "gpu":
+        assert layer.prefetcher.wait_until_full()  # the queued batches are on the device
+    for step in range(5):  # 15 > 2 * 7 rows
+        layer.forward(bottom, top)
+        if engine == "gpu":
+            assert top[0].data_memory.head is Head.AT_GPU
+            assert top[1].data_memory.head is Head.AT_GPU
         rows = [(3 * step + i) % 7 for i in range(3)]
-        np.testing.assert_array_equal(data, pixels[rows].astype(np.float32) * np.float32(0.5))
-        np.testing.assert_array_equal(label, [10 + r for r in rows])
+        np.testing.assert_array_equal(top[0].cpu_data,
+                                      pixels[rows].astype(np.float32) * np.float32(0.5))
+        np.testing.assert_array_equal(top[1].cpu_data, [10 + r for r in rows])
     assert "Restarting data prefetching from start." in log_lines
     layer.close()
 
@@ -273,23 +283,7 @@ def test_param_errors(db):
         data_layer(source, batch=0)
 
 
-# --- GPU mode: batches staged in pinned memory and pushed on the prefetch thread --------------
-def test_gpu_batches_arrive_on_the_device(db, gpu_mode):
-    from pycaffe_cli.synced_memory import Head
-    source, pixels = db
-    layer, bottom, top = data_layer(source, batch=3, transform="scale: 0.5")
-    assert layer.prefetcher.wait_until_full()
-    for first in (0, 3, 6):
-        layer.forward(bottom, top)
-        assert top[0].data_memory.head is Head.AT_GPU
-        assert top[1].data_memory.head is Head.AT_GPU
-        want = [pixels[(first + i) % 7] for i in range(3)]
-        np.testing.assert_array_equal(top[0].cpu_data, np.stack(want) * np.float32(0.5))
-        np.testing.assert_array_equal(top[1].cpu_data,
-                                      [10 + (first + i) % 7 for i in range(3)])
-    layer.close()
-
-
+# --- GPU mode only ----------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_mode_switched_on_after_the_thread_filled_its_queue(db):
     source, pixels = db

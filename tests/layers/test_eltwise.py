@@ -1,10 +1,11 @@
-"""Eltwise SUM / PROD / MAX against numpy, with gradient checks and Caffe's tie rule."""
+"""Eltwise SUM / PROD / MAX forward and backward against numpy (ties, zeros, propagate_down),
+with gradient checks and Caffe's tie rule; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import no_ties, set_up
 
 SHAPE = (2, 3, 4, 5)
@@ -31,19 +32,74 @@ def distinct_inputs(n, shape=SHAPE, seed=0):
     return list(values)
 
 
+def tied_inputs(n, shape=(2, 3, 4), seed=0):
+    """Few distinct values, so that MAX meets ties between every pair of bottoms."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-2, 3, shape).astype(np.float32) for _ in range(n)]
+
+
+# Coefficients for n bottoms
+COEFFS_FOR = {2: "coeff: -1.5 coeff: 0.25", 3: "coeff: 1 coeff: -0.5 coeff: 2"}
+# (params, tied inputs); {coeffs} is filled from COEFFS_FOR
+CONFIGS = [("", False), ("operation: SUM", False), ("operation: SUM {coeffs}", False),
+           ("operation: PROD", False), ("operation: PROD stable_prod_grad: false", False),
+           ("operation: MAX", False), ("operation: MAX", True)]
+
+
+def caffe_argmax(xs):
+    """The winning bottom per element: a tie between bottoms 0 and 1 goes to 1, a later
+    bottom wins only if strictly larger."""
+    winner = np.where(xs[0] > xs[1], 0, 1)
+    best = np.maximum(xs[0], xs[1])
+    for i, x in enumerate(xs[2:], start=2):
+        winner = np.where(x > best, i, winner)
+        best = np.maximum(best, x)
+    return winner
+
+
+def reference(params, xs, dy):
+    """(top, [d bottom_i]) in float32 as Caffe computes them."""
+    if "PROD" in params:
+        y = np.prod(xs, axis=0)
+        if "stable_prod_grad: false" in params:
+            grads = [y / x * dy for x in xs]
+        else:
+            grads = [np.prod([x for j, x in enumerate(xs) if j != i], axis=0) * dy
+                     for i in range(len(xs))]
+        return y, grads
+    if "MAX" in params:
+        winner = caffe_argmax(xs)
+        return np.max(xs, axis=0), [np.where(winner == i, dy, np.float32(0))
+                                    for i in range(len(xs))]
+    coeffs = [float(c) for c in params.split("coeff:")[1:]] or [1.0] * len(xs)
+    y = sum(np.float32(c) * x for c, x in zip(coeffs, xs))
+    return y, [np.float32(c) * dy for c in coeffs]
+
+
+@pytest.mark.parametrize("engine, shape", engine_cases([SHAPE], [(2, 3, 4)]),
+                         indirect=["engine"])
 @pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("params, reference", [
-    ("", lambda xs: sum(xs)),
-    ("operation: SUM", lambda xs: sum(xs)),
-    ("operation: PROD", lambda xs: np.prod(xs, axis=0)),
-    ("operation: MAX", lambda xs: np.max(xs, axis=0)),
-])
-def test_forward(n, params, reference):
-    xs = inputs(n)
+@pytest.mark.parametrize("params, tied", CONFIGS)
+def test_forward_backward(engine, shape, n, params, tied):
+    """Forward and backward against numpy, all bottoms propagated, then the last one not
+    (its diff left as it was)."""
+    params = params.format(coeffs=COEFFS_FOR[n])
+    xs = tied_inputs(n, shape) if tied else inputs(n, shape)
+    dy = np.random.default_rng(7).normal(size=shape).astype(np.float32)
     layer, bottom, top = set_up(eltwise(params), xs)
     layer.forward(bottom, top)
-    assert top[0].shape == SHAPE
-    np.testing.assert_allclose(top[0].data, reference(xs), rtol=1e-6, atol=1e-6)
+    assert_tops_on_device(layer, top)
+    assert top[0].shape == shape
+    want_y, want_grads = reference(params, xs, dy)
+    np.testing.assert_allclose(top[0].cpu_data, want_y, rtol=1e-6, atol=1e-6)
+    top[0].diff[...] = dy
+    for down in ([True] * n, [True] * (n - 1) + [False]):
+        for blob in bottom:
+            blob.diff[...] = 9
+        layer.backward(top, down, bottom)
+        for blob, want, propagated in zip(bottom, want_grads, down):
+            np.testing.assert_allclose(blob.cpu_diff, want if propagated else 9, rtol=1e-6,
+                                       atol=1e-6)
 
 
 def test_sum_with_coefficients(engine):
@@ -84,15 +140,25 @@ def test_prod_gradient(engine, stable, n, shape):
     check_gradient(layer, bottom, top)
 
 
-def test_stable_prod_grad_handles_zeros(engine):
-    xs = [np.array([0.0, 2.0, 3.0]), np.array([5.0, 0.0, 4.0]), np.array([2.0, 3.0, 0.5])]
-    layer, bottom, top = set_up(eltwise("operation: PROD"), xs)
+# The simulator divides numpy scalars in its own threads, out of np.errstate's reach.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("stable, grads", [
+    ("true", [[10.0, 0.0, 6.0, -0.0], [0.0, 12.0, 4.5, -0.0], [0.0, 0.0, 36.0, 0.0]]),
+    # top / b_i: 0 / 0 is nan, as in Caffe
+    ("false", [[np.nan, 0.0, 6.0, np.nan], [0.0, np.nan, 4.5, np.nan], [0.0, 0.0, 36.0, -0.0]]),
+])
+def test_prod_gradient_with_zeros(engine, stable, grads):
+    """Zeros: exact with the stable gradient (the default), Caffe's nan without it."""
+    xs = [np.array([0.0, 2.0, 3.0, 0.0]), np.array([5.0, 0.0, 4.0, 0.0]),
+          np.array([2.0, 3.0, 0.5, -1.0])]
+    layer, bottom, top = set_up(eltwise(f"operation: PROD stable_prod_grad: {stable}"), xs)
     layer.forward(bottom, top)
-    top[0].diff[...] = [1.0, 2.0, 3.0]
+    assert_tops_on_device(layer, top)
+    np.testing.assert_array_equal(top[0].cpu_data, [0.0, 0.0, 6.0, 0.0])
+    top[0].diff[...] = [1.0, 2.0, 3.0, 4.0]
     layer.backward(top, [True] * 3, bottom)
-    np.testing.assert_allclose(bottom[0].diff, [10.0, 0.0, 6.0])
-    np.testing.assert_allclose(bottom[1].diff, [0.0, 12.0, 4.5])
-    np.testing.assert_allclose(bottom[2].diff, [0.0, 0.0, 36.0])
+    for blob, want in zip(bottom, grads):
+        np.testing.assert_allclose(blob.cpu_diff, want)
 
 
 @pytest.mark.parametrize("engine, n, shape", engine_cases(
@@ -155,38 +221,3 @@ def test_max_ignores_coefficients_as_caffe_does():
     layer, bottom, top = set_up(eltwise("operation: MAX coeff: 3"), xs)
     layer.forward(bottom, top)
     np.testing.assert_array_equal(top[0].data, np.maximum(*xs))
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-def tied_inputs(n, shape=(2, 3, 4), seed=0):
-    """Few distinct values, so that MAX meets ties between every pair of bottoms."""
-    rng = np.random.default_rng(seed)
-    return [rng.integers(-2, 3, shape).astype(np.float32) for _ in range(n)]
-
-
-@pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("params", [
-    "operation: SUM",
-    "operation: SUM coeff: 1 coeff: -0.5 coeff: 2",
-    "operation: PROD",
-    "operation: PROD stable_prod_grad: false",
-    "operation: MAX",
-])
-def test_gpu_matches_cpu(n, params):
-    if "coeff" in params and n == 2:
-        params = "operation: SUM coeff: -1.5 coeff: 0.25"
-    xs = tied_inputs(n) if "MAX" in params else inputs(n, (2, 3, 4))
-    dy = np.random.default_rng(7).normal(size=xs[0].shape)
-    down = [True] * (n - 1) + [n == 2]
-    compare_layer_modes(eltwise(params), xs, top_diffs=[dy], propagate_down=down)
-
-
-# The simulator divides numpy scalars in its own threads, out of np.errstate's reach.
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("stable", ["true", "false"])
-def test_gpu_prod_with_zeros(stable):
-    """Zeros: exact with the stable gradient, the same inf / nan as the CPU without it."""
-    xs = [np.array([0.0, 2.0, 3.0, 0.0]), np.array([5.0, 0.0, 4.0, 0.0]),
-          np.array([2.0, 3.0, 0.5, -1.0])]
-    compare_layer_modes(eltwise(f"operation: PROD stable_prod_grad: {stable}"), xs,
-                        top_diffs=[np.array([1.0, 2.0, 3.0, 4.0])])

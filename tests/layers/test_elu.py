@@ -1,11 +1,11 @@
-"""ELU: forward against numpy for several alphas, gradients away from the kink, in-place use
-(exact for any alpha, also where Caffe's in-place backward would misread the sign); the GPU
-path against the CPU's."""
+"""ELU: forward and backward against numpy for several alphas (a zero input among them),
+gradients away from the kink, in-place use (exact for any alpha, also where Caffe's in-place
+backward would misread the sign); on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -22,16 +22,28 @@ def reference(x, alpha):
     return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("alpha", ALPHAS)
-def test_forward(shape, alpha):
-    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+@pytest.mark.parametrize("engine, shape, alpha", engine_cases(
+    [(shape, alpha) for alpha in ALPHAS + [-0.7] for shape in SHAPES],
+    [(shape, alpha) for alpha in ALPHAS + [-0.7] for shape in [(2, 3, 4, 5), (7,)]],
+    unpack=True), indirect=["engine"])
+def test_forward_backward(engine, shape, alpha):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype(np.float32)
+    x.flat[0] = 0.0  # takes the negative branch: dx = dy * (alpha + 0)
+    dy = np.random.default_rng(4).normal(size=shape).astype(np.float32)
     layer, bottom, top = set_up(elu(alpha), [x])
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].data, reference(x, np.float32(alpha)), rtol=1e-5,
-                               atol=1e-7)
+    assert_tops_on_device(layer, top)
+    y = top[0].cpu_data.copy()
+    expected = reference(x, np.float32(alpha))
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-7)
     positive = x > 0
-    np.testing.assert_array_equal(top[0].data[positive], x[positive])
+    np.testing.assert_array_equal(y[positive], x[positive])
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    slope = np.where(x > 0, 1.0, np.float32(alpha) + expected)
+    np.testing.assert_allclose(bottom[0].cpu_diff, dy * slope, rtol=1e-5, atol=1e-7)
+    assert bottom[0].cpu_diff.flat[0] == np.float32(alpha) * dy.flat[0]
 
 
 def test_default_alpha_is_one():
@@ -72,13 +84,3 @@ def test_in_place_followed_by_in_place_layer():
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([elu(0.5), SHIFT_DOWN], x, dy)
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (7,)])
-@pytest.mark.parametrize("alpha", ALPHAS + [-0.7])
-def test_gpu_matches_cpu(shape, alpha):
-    rng = np.random.default_rng(4)
-    x = rng.normal(size=shape)
-    x.flat[0] = 0.0
-    compare_layer_modes(elu(alpha), [x], top_diffs=[rng.normal(size=shape)])

@@ -1,10 +1,11 @@
-"""EuclideanLoss: loss against numpy, gradients to both bottoms, loss weight, errors."""
+"""EuclideanLoss: loss and backward (either bottom, or both) against numpy, gradients to both
+bottoms, loss weight, errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -51,6 +52,28 @@ def test_loss_weight_scales_gradient_and_loss(engine):
     np.testing.assert_allclose(bottom[1].diff, -3 * d / 3, rtol=1e-6)
 
 
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
+# the head AT_GPU, and the top's diff is then set by hand.
+@pytest.mark.parametrize("engine, shapes", engine_cases(SHAPES, SHAPES), indirect=["engine"])
+@pytest.mark.parametrize("down", [[True, True], [False, True]])
+def test_backward_against_numpy(engine, shapes, down):
+    a, b = pair(shapes, 3)
+    layer, bottom, top = set_up(euclidean("loss_weight: 0"), [a, b])
+    layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
+    d = a.astype(np.float32).reshape(b.shape) - b.astype(np.float32)
+    # the CPU adds d^2 in float32 (sdot), the GPU in float64
+    np.testing.assert_allclose(top[0].cpu_data, (d.astype(np.float64).ravel() ** 2).sum()
+                               / a.shape[0] / 2, rtol=1e-5)
+    top[0].diff[...] = np.float32(0.7)
+    for blob in bottom:
+        blob.diff[...] = 9
+    layer.backward(top, down, bottom)
+    for blob, sign, propagated in zip(bottom, (1, -1), down):
+        want = sign * np.float32(0.7) * d.reshape(blob.shape) / a.shape[0] if propagated else 9
+        np.testing.assert_allclose(blob.cpu_diff, want, rtol=1e-6)
+
+
 def test_allows_force_backward_to_both():
     layer, _, _ = set_up(euclidean(), pair(((2, 2), (2, 2))))
     assert layer.allow_force_backward(0) and layer.allow_force_backward(1)
@@ -68,15 +91,3 @@ def test_shape_errors(shapes, message):
 def test_needs_two_bottoms():
     with pytest.raises(CaffeError, match='"loss".*exactly 2 bottom'):
         set_up(euclidean(), [np.ones((2, 2))])
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-@pytest.mark.parametrize("shapes", SHAPES)
-@pytest.mark.parametrize("down", [[True, True], [False, True]])
-def test_gpu_matches_cpu(shapes, down):
-    from tests.gpu_helpers import compare_layer_modes
-    # the CPU adds d^2 in float32 (sdot), the GPU in float64: the losses agree to ~1e-7
-    compare_layer_modes(euclidean("loss_weight: 0"), pair(shapes, 3),
-                        top_diffs=[np.float32(0.7)], propagate_down=down)

@@ -1,12 +1,12 @@
-"""Exp: forward against numpy for Caffe's base/scale/shift settings (base -1 meaning e, with a
-shift as well), gradients, bad bases, in-place use; the GPU path against the CPU's."""
+"""Exp: forward and backward against numpy for Caffe's base/scale/shift settings (base -1
+meaning e, with a shift as well), gradients, bad bases, in-place use; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -25,13 +25,23 @@ def reference(x, base, scale, shift):
     return np.exp(z) if base == -1 else np.power(float(base), z)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("engine, shape", engine_cases(SHAPES, [(2, 3, 4, 5)]),
+                         indirect=["engine"])
 @pytest.mark.parametrize("base, scale, shift", PARAMS)
-def test_forward(shape, base, scale, shift):
+def test_forward_backward(engine, shape, base, scale, shift):
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    dy = np.random.default_rng(5).normal(size=shape).astype(np.float32)
     layer, bottom, top = set_up(exp_layer(base, scale, shift), [x])
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].data, reference(x, base, scale, shift), rtol=2e-6)
+    assert_tops_on_device(layer, top)
+    expected = reference(x, base, scale, shift)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=2e-6)
+    # dx = dy * y * scale * ln(base)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    log_base = 1.0 if base == -1 else np.log(float(base))
+    np.testing.assert_allclose(bottom[0].cpu_diff, dy * expected * scale * log_base,
+                               rtol=2e-6)
 
 
 def test_defaults_are_natural_exp():
@@ -79,11 +89,3 @@ def test_in_place_followed_by_in_place_layer():
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([exp_layer(2, -3, 1), SHIFT_DOWN], x, dy)
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("base, scale, shift", PARAMS)
-def test_gpu_matches_cpu(base, scale, shift):
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=(2, 3, 4, 5))
-    compare_layer_modes(exp_layer(base, scale, shift), [x], top_diffs=[rng.normal(size=x.shape)])

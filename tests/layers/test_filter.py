@@ -1,10 +1,11 @@
-"""Filter: kept items and shapes, scattered backward, selector rules, errors."""
+"""Filter: kept items and shapes, scattered backward (to either filtered bottom or both),
+selector rules, errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import assert_tops_on_device
 from tests.layer_helpers import set_up
 
 FILTER = 'name: "filter" type: "Filter"'
@@ -19,20 +20,23 @@ SELECTORS = [np.array([1, 0, 1, 1, 0]), np.array([0, 0, 0, 0, 0]),
 
 
 @pytest.mark.parametrize("selector", SELECTORS)
-def test_forward(selector):
+def test_forward(selector, engine):
     first, second = data((5, 3, 2)), data((5, 4), seed=1)
     layer, bottom, top = set_up(FILTER, [first, second, selector], num_tops=2)
     # Right after setup the tops have the full batch size, as in Caffe.
     assert top[0].shape == (5, 3, 2) and top[1].shape == (5, 4)
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     kept = np.flatnonzero(selector.ravel())
     assert top[0].shape == (len(kept), 3, 2) and top[1].shape == (len(kept), 4)
-    np.testing.assert_array_equal(top[0].data, first[kept])
-    np.testing.assert_array_equal(top[1].data, second[kept])
+    np.testing.assert_array_equal(top[0].cpu_data, first[kept])
+    np.testing.assert_array_equal(top[1].cpu_data, second[kept])
 
 
+@pytest.mark.parametrize("down", [[True, False, False], [True, True, False],
+                                  [False, True, False]])
 @pytest.mark.parametrize("selector", SELECTORS)
-def test_backward_scatters_with_zeros(selector, engine):
+def test_backward_scatters_with_zeros(selector, down, engine):
     first, second = data((5, 3, 2)), data((5, 4), seed=1)
     layer, bottom, top = set_up(FILTER, [first, second, selector], num_tops=2)
     layer.forward(bottom, top)
@@ -42,11 +46,14 @@ def test_backward_scatters_with_zeros(selector, engine):
         t.diff[...] = dy
     bottom[0].diff[...] = 9
     bottom[1].diff[...] = 9
-    layer.backward(top, [True, False, False], bottom)
-    expected = np.zeros_like(first)
-    expected[kept] = dys[0]
-    np.testing.assert_array_equal(bottom[0].diff, expected)
-    assert np.all(bottom[1].diff == 9)
+    layer.backward(top, down, bottom)
+    for blob, dy, propagated in zip(bottom, dys, down):
+        if propagated:
+            expected = np.zeros(blob.shape, np.float32)
+            expected[kept] = dy
+            np.testing.assert_array_equal(blob.cpu_diff, expected)
+        else:
+            assert np.all(blob.cpu_diff == 9)
 
 
 def test_gradient(engine):
@@ -73,14 +80,3 @@ def test_no_gradient_to_the_selector():
 def test_errors_name_the_layer(bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"filter".*{message}'):
         set_up(FILTER, [np.ones(shape) for shape in bottoms], num_tops=num_tops)
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("selector", SELECTORS)
-def test_gpu_matches_cpu(selector):
-    first, second = data((5, 3, 2)), data((5, 4), seed=1)
-    kept = np.count_nonzero(selector)
-    dys = [data((kept, 3, 2), seed=2), data((kept, 4), seed=3)]
-    for down in ([True, True, False], [False, True, False]):
-        compare_layer_modes(FILTER, [first, second, selector], num_tops=2, top_diffs=dys,
-                            propagate_down=down)

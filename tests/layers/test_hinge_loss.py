@@ -1,12 +1,13 @@
-"""HingeLoss: L1 and L2 loss and gradient against numpy (label sign flip, loss / num),
-hand-computed values, gradient checks away from the hinge kinks, and errors."""
+"""HingeLoss: L1 and L2 loss and gradient against numpy (label sign flip, loss / num, a top diff
+other than the loss weight), hand-computed values, gradient checks away from the hinge kinks,
+and errors; on both engines."""
 import numpy as np
 import pytest
 from google.protobuf import text_format
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -45,20 +46,30 @@ def case(shapes, seed):
     return x, rng.integers(0, dim, shapes[1]).astype(float)
 
 
-@pytest.mark.parametrize("shapes", CASES)
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); with loss_weight 0
+# the head stays AT_GPU and the top's diff, set by hand, is not the loss weight.
+@pytest.mark.parametrize("engine, shapes, seed", engine_cases(
+    [(shapes, 0) for shapes in CASES], [(shapes, 2) for shapes in CASES], unpack=True),
+    indirect=["engine"])
 @pytest.mark.parametrize("norm", [None, "L1", "L2"])
-def test_forward_backward(shapes, norm):
-    x, labels = case(shapes, 0)
-    layer, bottom, top = set_up(hinge(norm), [x, labels])
+@pytest.mark.parametrize("weight, top_diff", [(None, 1), (0, 1.5)])
+def test_forward_backward(engine, shapes, seed, norm, weight, top_diff):
+    x, labels = case(shapes, seed)
+    extra = "" if weight is None else f"loss_weight: {weight}"
+    layer, bottom, top = set_up(hinge(norm, extra), [x, labels])
     loss = layer.forward(bottom, top)
-    top[0].diff[...] = 1
+    assert_tops_on_device(layer, top)
+    top[0].diff[...] = top_diff
+    bottom[1].diff[...] = 9
     layer.backward(top, [True, False], bottom)
     expected_loss, expected_grad = reference(x, labels, norm or "L1")
     assert top[0].shape == ()
-    np.testing.assert_allclose(top[0].data, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].diff.reshape(expected_grad.shape), expected_grad,
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(loss, (1 if weight is None else weight) * expected_loss,
+                               rtol=1e-5)
+    np.testing.assert_allclose(bottom[0].cpu_diff.reshape(expected_grad.shape),
+                               top_diff * expected_grad, rtol=1e-5, atol=1e-7)
+    assert np.all(bottom[1].cpu_diff == 9)
 
 
 @pytest.mark.parametrize("norm, expected", [("L1", (0.5 + 2.0 + 0.0) / 1),
@@ -113,15 +124,3 @@ def test_shape_errors(shapes, message):
 def test_bad_norm_is_a_parse_error():
     with pytest.raises(text_format.ParseError, match="L3"):
         set_up(hinge("L3"), [np.zeros((2, 3)), np.zeros(2)])
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-@pytest.mark.parametrize("shapes", CASES)
-@pytest.mark.parametrize("norm", ["L1", "L2"])
-def test_gpu_matches_cpu(shapes, norm):
-    from tests.gpu_helpers import compare_layer_modes
-    x, labels = case(shapes, 2)
-    compare_layer_modes(hinge(norm, "loss_weight: 0"), [x, labels], top_diffs=[np.float32(1.5)],
-                        propagate_down=[True, False])

@@ -1,11 +1,13 @@
-"""Im2col layer: shapes and values (Caffe's test_im2col_layer), N-d, gradients, errors."""
+"""Im2col layer: shapes and values (Caffe's test_im2col_layer), forward and backward against
+numpy (N-d too), gradients, errors; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.kernels.test_im2col_kernels import reference_im2col
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
+from tests.kernels.test_im2col_kernels import reference_col2im, reference_im2col
 from tests.layer_helpers import set_up
 
 
@@ -34,7 +36,8 @@ def test_rectangular_kernel(bottom):
         assert top[0].data[0, c, 0, 0] == b[0].data[0, c // 15, (c // 3) % 5, c % 3]
 
 
-@pytest.mark.parametrize("shape, params, geometry", [
+# (shape, params, (kernel, pad, stride, dilation))
+GEOMETRIES = [
     ((2, 3, 6, 5), "kernel_size: 3 stride: 2 pad: 1 dilation: 2",
      ((3, 3), (1, 1), (2, 2), (2, 2))),
     ((2, 3, 6, 5), "kernel_h: 3 kernel_w: 2 pad_h: 1 stride_w: 2",
@@ -43,15 +46,46 @@ def test_rectangular_kernel(bottom):
     ((2, 2, 4, 3, 5), "kernel_size: 2 pad: 1 stride: 2", ((2,) * 3, (1,) * 3, (2,) * 3,
                                                           (1,) * 3)),
     ((2, 3, 7), "kernel_size: 3 dilation: 2", ((3,), (0,), (1,), (2,))),
-])
-def test_forward_matches_numpy_and_gradient(shape, params, geometry):
-    x = np.random.default_rng(2).normal(size=shape)
+]
+MORE_GEOMETRIES = [
+    ((2, 3, 6, 5), "kernel_size: 3 stride: 2", ((3, 3), (0, 0), (2, 2), (1, 1))),
+    ((2, 3, 6, 5), "kernel_h: 2 kernel_w: 3 pad: 1", ((2, 3), (1, 1), (1, 1), (1, 1))),
+    ((2, 3, 6, 5), "kernel_size: 2 dilation: 2 stride: 1 pad: 1",
+     ((2, 2), (1, 1), (1, 1), (2, 2))),
+]
+
+
+# The GPU runs 2-d windows only (N-d ones take the CPU path).
+@pytest.mark.parametrize("engine, shape, params, geometry", engine_cases(
+    GEOMETRIES + MORE_GEOMETRIES, GEOMETRIES[:2] + MORE_GEOMETRIES, unpack=True),
+    indirect=["engine"])
+def test_forward_backward_match_numpy(engine, shape, params, geometry):
+    """Forward: numpy's im2col, exactly; backward: its adjoint col2im."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=shape)
     layer, b, top = set_up(im2col(params), [x])
     layer.forward(b, top)
-    col = reference_im2col(b[0].data, *geometry)            # (C, *k, N, *out)
+    assert_tops_on_device(layer, top)
+    col = reference_im2col(b[0].cpu_data, *geometry)            # (C, *k, N, *out)
     axes = len(shape) - 2
     expected = np.moveaxis(col, 1 + axes, 0).reshape(top[0].shape)
-    np.testing.assert_array_equal(top[0].data, expected)
+    np.testing.assert_array_equal(top[0].cpu_data, expected)
+    dy = rng.normal(size=top[0].shape).astype(np.float32)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], b)
+    dy_col = np.moveaxis(dy.reshape((shape[0],) + col.shape[:1 + axes] + col.shape[2 + axes:]),
+                         0, 1 + axes)
+    np.testing.assert_allclose(b[0].cpu_diff, reference_col2im(dy_col, shape, *geometry),
+                               rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine, shape, params, seed", engine_cases(
+    [(shape, params, 2) for shape, params, _ in GEOMETRIES],
+    [((1, 3, 6, 5), "kernel_size: 3 pad: 1 stride: 2", 1701)], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, shape, params, seed):
+    x = np.random.default_rng(seed).normal(size=shape)
+    layer, b, top = set_up(im2col(params), [x])
     check_gradient(layer, b, top)
 
 
@@ -84,18 +118,3 @@ def test_errors(params, shape, message):
 def test_v1_name():
     assert v1_type_name("IM2COL") == "Im2col"
     assert v1_type_name("DECONVOLUTION") == "Deconvolution"
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("params", ["kernel_size: 3 stride: 2", "kernel_h: 2 kernel_w: 3 pad: 1",
-                                    "kernel_size: 2 dilation: 2 stride: 1 pad: 1"])
-def test_gpu_matches_cpu(bottom, params):
-    from tests.gpu_helpers import compare_layer_modes
-    out = compare_layer_modes(im2col(params), [bottom])[0]
-    dy = np.random.default_rng(2).normal(size=out[0].shape)
-    compare_layer_modes(im2col(params), [bottom], top_diffs=[dy])
-
-
-def test_gpu_gradient(bottom, gpu_mode):
-    layer, b, top = set_up(im2col("kernel_size: 3 pad: 1 stride: 2"), [bottom[:1]])
-    check_gradient(layer, b, top)

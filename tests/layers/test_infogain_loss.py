@@ -1,6 +1,6 @@
 """InfogainLoss: loss and gradient against numpy with H from a binaryproto file and from a
 third bottom, every normalization, ignore_label, axis, the probability top, agreement with
-SoftmaxWithLoss for H = I, gradient checks and errors."""
+SoftmaxWithLoss for H = I, gradient checks and errors; on both engines."""
 import numpy as np
 import pytest
 
@@ -9,7 +9,7 @@ from pycaffe_cli.io.blob_proto import fill_blob_proto
 from pycaffe_cli.io.prototxt import write_blob_proto
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -62,37 +62,74 @@ GEOMETRY = [((4, 5), 1), ((2, 3, 4), 1), ((2, 4, 3), 2), ((3, 2, 4), -1)]
 MODES = ["FULL", "VALID", "BATCH_SIZE", "NONE"]
 
 
-def check(layer, bottom, top, x, labels, matrix, axis, ignore, mode):
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def check(layer, bottom, top, x, labels, matrix, axis, ignore, mode, weight=1.0,
+          top_diff=1.0):
+    """Forward and backward against the reference, with the loss top's diff ``top_diff`` (a
+    loss weight ``weight`` scales only the returned loss); a second top holds the
+    probabilities."""
     loss = layer.forward(bottom, top)
-    top[0].diff[...] = 1
+    assert_tops_on_device(layer, top)
+    top[0].diff[...] = top_diff
+    if len(top) > 1:
+        top[1].diff[...] = 0
     layer.backward(top, [True, False] + [False] * (len(bottom) - 2), bottom)
     expected_loss, expected_grad = reference(x, labels, matrix, axis, ignore, mode)
     assert top[0].shape == ()
-    np.testing.assert_allclose(top[0].data, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].diff, expected_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(loss, weight * expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(bottom[0].cpu_diff, top_diff * expected_grad, rtol=1e-4,
+                               atol=1e-6)
+    if len(top) > 1:
+        np.testing.assert_allclose(top[1].cpu_data, softmax(x, axis), rtol=1e-5)
 
 
+# (loss_param, normalization, ignore_label) of the GPU cases
+GPU_LOSS_PARAMS = [("", "VALID", None), ("ignore_label: 1", "VALID", 1),
+                   ("normalization: FULL ignore_label: 0", "FULL", 0),
+                   ("normalization: BATCH_SIZE", "BATCH_SIZE", None),
+                   ("normalization: NONE ignore_label: 2", "NONE", 2)]
+
+
+# Layer.forward reads a weighted loss top back to the host (head SYNCED); with loss_weight 0
+# the head stays AT_GPU and the top's diff, set by hand, is not the loss weight.
+@pytest.mark.parametrize("engine, loss_param, mode, ignore, seed", engine_cases(
+    [(f"normalization: {mode}" + ("" if ignore is None else f" ignore_label: {ignore}"),
+      mode, ignore, 0) for ignore in (None, 1) for mode in MODES],
+    [case + (9,) for case in GPU_LOSS_PARAMS], unpack=True), indirect=["engine"])
 @pytest.mark.parametrize("shape, axis", GEOMETRY)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("ignore", [None, 1])
-def test_matrix_from_bottom(shape, axis, mode, ignore):
-    x, labels, matrix = problem(shape, axis, 0, ignore)
-    ignore_param = f"ignore_label: {ignore}" if ignore is not None else ""
-    layer, bottom, top = set_up(infogain(axis=axis, loss_param=f"normalization: {mode} "
-                                                               f"{ignore_param}"),
+@pytest.mark.parametrize("weight, top_diff", [(None, 1.0), (0, 1.5)])
+def test_matrix_from_bottom(engine, shape, axis, loss_param, mode, ignore, seed, weight,
+                            top_diff):
+    x, labels, matrix = problem(shape, axis, seed, ignore)
+    extra = "" if weight is None else f"loss_weight: {weight}"
+    layer, bottom, top = set_up(infogain(axis=axis, loss_param=loss_param, extra=extra),
                                 [x, labels, matrix])
-    check(layer, bottom, top, x, labels, matrix, axis % len(shape), ignore, mode)
+    check(layer, bottom, top, x, labels, matrix, axis % len(shape), ignore, mode,
+          1.0 if weight is None else weight, top_diff)
 
 
-@pytest.mark.parametrize("shape, axis", GEOMETRY)
-@pytest.mark.parametrize("legacy_4d", [False, True])
-def test_matrix_from_file(tmp_path, shape, axis, legacy_4d):
-    x, labels, matrix = problem(shape, axis, 1, -1)
+@pytest.mark.parametrize("engine, shape, axis, legacy_4d, seed, second_top", engine_cases(
+    [(shape, axis, legacy_4d, 1, False) for legacy_4d in (False, True)
+     for shape, axis in GEOMETRY] + [((2, 3, 2), 1, False, 10, True)],
+    [((2, 3, 2), 1, False, 10, True), ((2, 4, 3), 2, True, 1, False)], unpack=True),
+    indirect=["engine"])
+def test_matrix_from_file(engine, tmp_path, shape, axis, legacy_4d, seed, second_top):
+    """With ``second_top``: the probabilities as a second top, both loss weights 0 and the
+    loss top's diff 2."""
+    x, labels, matrix = problem(shape, axis, seed, -1)
     c = matrix.shape[0]
     source = write_matrix(tmp_path / "H.binaryproto", matrix, (1, 1, c, c) if legacy_4d else None)
-    layer, bottom, top = set_up(infogain(source, axis, "ignore_label: -1"), [x, labels])
-    check(layer, bottom, top, x, labels, matrix, axis % len(shape), -1, "VALID")
+    extra = "loss_weight: 0 loss_weight: 0" if second_top else ""
+    layer, bottom, top = set_up(infogain(source, axis, "ignore_label: -1", extra), [x, labels],
+                                num_tops=2 if second_top else 1)
+    weight, top_diff = (0.0, 2.0) if second_top else (1.0, 1.0)
+    check(layer, bottom, top, x, labels, matrix, axis % len(shape), -1, "VALID", weight,
+          top_diff)
 
 
 def test_default_normalization_is_valid():
@@ -205,28 +242,3 @@ def test_label_out_of_range(engine):
 def test_blob_counts(num_bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"loss".*{message}'):
         set_up(infogain(), [np.zeros((2, 3))] * num_bottoms, num_tops)
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-@pytest.mark.parametrize("shape, axis", GEOMETRY)
-@pytest.mark.parametrize("loss_param, ignore", [
-    ("", None), ("ignore_label: 1", 1), ("normalization: FULL ignore_label: 0", 0),
-    ("normalization: BATCH_SIZE", None), ("normalization: NONE ignore_label: 2", 2)])
-def test_gpu_matches_cpu(shape, axis, loss_param, ignore):
-    from tests.gpu_helpers import compare_layer_modes
-    x, labels, matrix = problem(shape, axis, 9, ignore)
-    compare_layer_modes(infogain(axis=axis, loss_param=loss_param, extra="loss_weight: 0"),
-                        [x, labels, matrix], top_diffs=[np.float32(1.5)],
-                        propagate_down=[True, False, False])
-
-
-def test_gpu_matrix_from_file_and_second_top(tmp_path):
-    from tests.gpu_helpers import compare_layer_modes
-    x, labels, matrix = problem((2, 3, 2), 1, 10, -1)
-    source = write_matrix(tmp_path / "H.binaryproto", matrix)
-    compare_layer_modes(infogain(source, loss_param="ignore_label: -1",
-                                 extra="loss_weight: 0 loss_weight: 0"), [x, labels],
-                        num_tops=2, top_diffs=[np.float32(2.0), np.zeros((2, 3, 2))],
-                        propagate_down=[True, False])

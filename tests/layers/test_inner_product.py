@@ -1,4 +1,5 @@
-"""InnerProduct: forward against numpy, transpose/axis/bias variants, gradients, errors."""
+"""InnerProduct: forward and backward against numpy, transpose/axis/bias variants, gradients,
+errors; on both engines."""
 import numpy as np
 import pytest
 
@@ -6,6 +7,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from pycaffe_cli.layers.base import create_layer
+from tests.gpu_helpers import assert_tops_on_device
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 
@@ -58,10 +60,40 @@ def test_forward(shape, params, engine):
         assert layer.blobs[1].shape == (n,)
         assert np.count_nonzero(layer.blobs[1].data) == n
     layer.forward(bottom, top)
-    bias = layer.blobs[1].data if has_bias else None
-    expected = reference(bottom[0].data, axis, layer.blobs[0].data, bias, transpose)
+    assert_tops_on_device(layer, top)
+    bias = layer.blobs[1].cpu_data if has_bias else None
+    expected = reference(bottom[0].cpu_data, axis, layer.blobs[0].cpu_data, bias, transpose)
     assert top[0].shape == expected.shape
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, params", CASES)
+def test_backward(shape, params, engine):
+    """dX = dY W, dW = dY^T X (its transpose when stored K x N), db = column sums of dY."""
+    backend.set_random_seed(0)
+    x = np.random.default_rng(3).normal(size=shape)
+    layer, bottom, top = set_up(inner_product(params), [x])
+    transpose = "transpose: true" in params
+    axis = axis_of(params, len(shape))
+    layer.forward(bottom, top)
+    dy = np.random.default_rng(4).normal(size=top[0].shape).astype(np.float32)
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    layer.backward(top, [True], bottom)
+    stored = layer.blobs[0].cpu_data.astype(np.float64)
+    w = stored.T if transpose else stored                     # N x K
+    m = int(np.prod(shape[:axis]))
+    dy_mat = dy.reshape(m, -1).astype(np.float64)
+    x_mat = bottom[0].cpu_data.reshape(m, -1).astype(np.float64)
+    np.testing.assert_allclose(bottom[0].cpu_diff, (dy_mat @ w).reshape(shape), rtol=1e-5,
+                               atol=1e-5)
+    dw = dy_mat.T @ x_mat                                     # N x K
+    np.testing.assert_allclose(layer.blobs[0].cpu_diff, dw.T if transpose else dw, rtol=1e-5,
+                               atol=1e-5)
+    if len(layer.blobs) == 2:
+        np.testing.assert_allclose(layer.blobs[1].cpu_diff, dy_mat.sum(axis=0), rtol=1e-5,
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("shape, params", CASES)
@@ -150,14 +182,3 @@ def test_top_count_checked():
     layer = create_layer(layer_param(inner_product("num_output: 2")))
     with pytest.raises(CaffeError, match='"ip".*exactly 1 top'):
         layer.setup([blob_of(np.ones((2, 3)))], [])
-
-
-@pytest.mark.parametrize("shape, params", CASES)
-def test_gpu_matches_cpu(shape, params):
-    from tests.gpu_helpers import compare_layer_modes
-    x = np.random.default_rng(3).normal(size=shape)
-    backend.set_random_seed(0)
-    out = compare_layer_modes(inner_product(params), [x])[0]
-    dy = np.random.default_rng(4).normal(size=out[0].shape)
-    backend.set_random_seed(0)
-    compare_layer_modes(inner_product(params), [x], top_diffs=[dy], rtol=1e-5, atol=1e-5)

@@ -1,12 +1,12 @@
-"""Log: forward against numpy for Caffe's base/scale/shift settings on positive inputs,
-gradients, bad bases, unchecked non-positive arguments, in-place use; the GPU path against the
-CPU's."""
+"""Log: forward and backward against numpy for Caffe's base/scale/shift settings on positive
+inputs, gradients, bad bases, unchecked non-positive arguments, in-place use; on both
+engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import SHIFT_DOWN, assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -30,14 +30,23 @@ def reference(x, base, scale, shift):
     return z if base == -1 else z / np.log(base)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("engine, shape, seed", engine_cases(
+    [(shape, 0) for shape in SHAPES], [((2, 3, 4, 5), 5)], unpack=True), indirect=["engine"])
 @pytest.mark.parametrize("base, scale, shift", PARAMS)
-def test_forward(shape, base, scale, shift):
-    x = inputs(shape, 0)
+def test_forward_backward(engine, shape, seed, base, scale, shift):
+    x = inputs(shape, seed)
+    dy = np.random.default_rng(6).normal(size=shape).astype(np.float32)
     layer, bottom, top = set_up(log_layer(base, scale, shift), [x])
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].data, reference(x, base, scale, shift), rtol=1e-5,
+    assert_tops_on_device(layer, top)
+    np.testing.assert_allclose(top[0].cpu_data, reference(x, base, scale, shift), rtol=1e-5,
                                atol=1e-6)
+    # dx = dy * scale / (ln(base) (shift + scale x))
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    log_base = 1.0 if base == -1 else np.log(float(base))
+    expected = dy * scale / (log_base * (shift + scale * x.astype(np.float64)))
+    np.testing.assert_allclose(bottom[0].cpu_diff, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_defaults_are_natural_log():
@@ -76,11 +85,3 @@ def test_in_place_matches_out_of_place(engine):
     x, dy = inputs((3, 4), 3), rng.normal(size=(3, 4))
     assert_in_place_matches([log_layer(2, 3, 1)], x, dy)
     assert_in_place_matches([log_layer(2, 3, 1), SHIFT_DOWN], x, dy)
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("base, scale, shift", PARAMS)
-def test_gpu_matches_cpu(base, scale, shift):
-    x = inputs((2, 3, 4, 5), 5)
-    dy = np.random.default_rng(6).normal(size=x.shape)
-    compare_layer_modes(log_layer(base, scale, shift), [x], top_diffs=[dy])

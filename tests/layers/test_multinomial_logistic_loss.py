@@ -1,10 +1,12 @@
 """MultinomialLogisticLoss: loss and gradient against numpy, the 1e-20 clamp, agreement with
-Softmax + MultinomialLogisticLoss = SoftmaxWithLoss, gradient checks and errors."""
+Softmax + MultinomialLogisticLoss = SoftmaxWithLoss, gradient checks and errors; on both
+engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 LOSS = 'name: "loss" type: "MultinomialLogisticLoss"'
@@ -33,18 +35,21 @@ def case(shapes, seed):
 
 
 @pytest.mark.parametrize("shapes", CASES)
-def test_forward_backward(shapes):
+@pytest.mark.parametrize("top_diff", [1.0, 1.5])
+def test_forward_backward(engine, shapes, top_diff):
     p, labels = case(shapes, 0)
     layer, bottom, top = set_up(LOSS, [p, labels])
     loss = layer.forward(bottom, top)
-    top[0].diff[...] = 1
+    # GPU: written on the device (then read back by forward's weighted loss: SYNCED)
+    assert_tops_on_device(layer, top)
+    top[0].diff[...] = top_diff  # the loss weight backward scales by
     layer.backward(top, [True, False], bottom)
     expected_loss, expected_grad = reference(p, labels)
     assert top[0].shape == ()
-    np.testing.assert_allclose(top[0].data, expected_loss, rtol=1e-6)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-6)
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
-    np.testing.assert_allclose(bottom[0].diff.reshape(expected_grad.shape), expected_grad,
-                               rtol=1e-6)
+    np.testing.assert_allclose(bottom[0].cpu_diff.reshape(expected_grad.shape),
+                               top_diff * expected_grad, rtol=1e-6)
 
 
 def test_zero_probability_is_clamped(engine):
@@ -68,9 +73,11 @@ def test_softmax_then_this_equals_softmax_with_loss():
                                rtol=1e-5)
 
 
-@pytest.mark.parametrize("shapes", CASES)
-def test_gradient(shapes):
-    p, labels = case(shapes, 2)
+@pytest.mark.parametrize("engine, shapes, seed", engine_cases(
+    [(shapes, 2) for shapes in CASES], [(((3, 2, 2), (3,)), 4)], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, shapes, seed):
+    p, labels = case(shapes, seed)
     layer, bottom, top = set_up(LOSS + " loss_weight: 2", [p, labels])
     check_gradient(layer, bottom, top, check_bottom=[0], stepsize=1e-3)
 
@@ -98,20 +105,3 @@ def test_label_out_of_range(label, engine):
 def test_shape_errors(shapes, message):
     with pytest.raises(CaffeError, match=f'"loss".*{message}'):
         set_up(LOSS, [np.ones(shapes[0]), np.zeros(shapes[1])])
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-@pytest.mark.parametrize("shapes", CASES)
-def test_gpu_matches_cpu(shapes):
-    from tests.gpu_helpers import compare_layer_modes
-    p, labels = case(shapes, 3)
-    compare_layer_modes(LOSS + " loss_weight: 0", [p, labels], top_diffs=[np.float32(1.5)],
-                        propagate_down=[True, False])
-
-
-def test_gpu_gradient(gpu_mode):
-    p, labels = case(((3, 2, 2), (3,)), 4)
-    layer, bottom, top = set_up(LOSS + " loss_weight: 2", [p, labels])
-    check_gradient(layer, bottom, top, check_bottom=[0], stepsize=1e-3)

@@ -1,4 +1,5 @@
-"""Pooling layer: Caffe's known values, shapes, numpy references, gradients, user errors."""
+"""Pooling layer: Caffe's known values, shapes, numpy references (forward and backward, the
+stochastic TRAIN samples too), gradients, user errors; on both engines."""
 import numpy as np
 import pytest
 
@@ -8,6 +9,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import assert_tops_on_device
 from tests.kernels import reference
 from tests.layer_helpers import blob_of, layer_param, no_ties, set_up
 
@@ -94,6 +96,7 @@ def test_max_matches_reference_and_gradient(params, num_tops, engine):
     x = no_ties(np.random.default_rng(0), (2, 3, 6, 5))
     layer, bottom, top = set_up(pooling(params), [x], num_tops=num_tops)
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     kernel, stride, pad = window(layer)
     planes = x.reshape(6, 6, 5)
     want_top, want_mask = reference.max_pool(planes, top[0].shape[2:], kernel, stride, pad)
@@ -108,14 +111,22 @@ def test_max_matches_reference_and_gradient(params, num_tops, engine):
     check_gradient(layer, bottom, top, stepsize=1e-3)
 
 
-@pytest.mark.parametrize("params", GEOMETRIES)
+@pytest.mark.parametrize("params", GEOMETRIES + [
+    "kernel_h: 2 kernel_w: 3 stride_h: 1 stride_w: 2 pad: 1"])
 def test_ave_matches_reference_and_gradient(params, engine):
     x = np.random.default_rng(2).normal(size=(2, 3, 6, 5))
     layer, bottom, top = set_up(pooling(params + " pool: AVE"), [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     kernel, stride, pad = window(layer)
     want = reference.ave_pool(x.reshape(6, 6, 5), top[0].shape[2:], kernel, stride, pad)
     np.testing.assert_allclose(top[0].data.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+    dy = np.random.default_rng(1).normal(size=top[0].shape)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    want = reference.ave_pool_backward(dy.astype(np.float32).reshape((6,) + top[0].shape[2:]),
+                                       (6, 6, 5), kernel, stride, pad)
+    np.testing.assert_allclose(bottom[0].diff.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
     check_gradient(layer, bottom, top)
 
 
@@ -146,17 +157,56 @@ def stochastic(phase, params="kernel_size: 3 stride: 2"):
 def test_stochastic_test_phase_is_the_weighted_average(engine):
     layer, bottom, top = stochastic(caffe_pb2.TEST)
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     want = reference.sto_pool_test(bottom[0].data.reshape(6, 7, 6), top[0].shape[2:], (3, 3),
                                    (2, 2))
     np.testing.assert_allclose(top[0].data.reshape(want.shape), want, rtol=1e-5)
+    # y = sum x^2 / sum x over each window: dy/dx = (2 x - y) / sum x
+    x = bottom[0].data.reshape(6, 7, 6).astype(np.float64)
+    dy = np.random.default_rng(7).normal(size=want.shape)
+    top[0].diff[...] = dy.reshape(top[0].shape)
+    layer.backward(top, [True], bottom)
+    want_dx = np.zeros_like(x)
+    for ph, pw, rows, cols, _ in reference.windows(7, 6, want.shape[1:], (3, 3), (2, 2),
+                                                   (0, 0)):
+        total = x[:, rows, cols].sum(axis=(1, 2))[:, None, None]
+        want_dx[:, rows, cols] += (dy[:, ph, pw, None, None] * (2 * x[:, rows, cols]
+                                   - want[:, ph, pw, None, None]) / total)
+    np.testing.assert_allclose(bottom[0].diff.reshape(x.shape), want_dx, rtol=1e-5, atol=1e-6)
     check_gradient(layer, bottom, top, stepsize=1e-3)
+
+
+def sto_pool_train(x, uniform, pooled, kernel, stride):
+    """(top, index h * W + w) of Caffe's StoPoolForwardTrain for x of shape (P, H, W): the
+    first window position whose running float32 sum reaches u * (the window's sum)."""
+    planes, height, width = x.shape
+    top = np.zeros((planes,) + tuple(pooled), np.float32)
+    index = np.zeros((planes,) + tuple(pooled), np.int64)
+    for ph, pw, rows, cols, _ in reference.windows(height, width, pooled, kernel, stride,
+                                                   (0, 0)):
+        for p in range(planes):
+            running = np.cumsum(x[p, rows, cols].ravel(), dtype=np.float32)
+            first = np.argmax(running >= uniform[p, ph, pw] * running[-1])
+            n_cols = cols.stop - cols.start
+            top[p, ph, pw] = x[p, rows, cols].ravel()[first]
+            index[p, ph, pw] = (rows.start + first // n_cols) * width + cols.start \
+                + first % n_cols
+    return top, index
 
 
 def test_stochastic_train_draws_from_backend_rng_and_routes_back(engine):
     layer, bottom, top = stochastic(caffe_pb2.TRAIN)
     backend.set_random_seed(11)
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     first = top[0].data.copy()
+    # Both engines draw u in (0, 1] on the host from backend.rng(): the same samples.
+    backend.set_random_seed(11)
+    uniform = np.float32(1.0) - backend.rng().random(top[0].shape, dtype=np.float32)
+    want_top, want_index = sto_pool_train(bottom[0].data.reshape(6, 7, 6),
+                                          uniform.reshape(6, *top[0].shape[2:]),
+                                          top[0].shape[2:], (3, 3), (2, 2))
+    np.testing.assert_array_equal(first.reshape(want_top.shape), want_top)
     backend.set_random_seed(11)
     layer.forward(bottom, top)
     np.testing.assert_array_equal(top[0].data, first)
@@ -170,6 +220,11 @@ def test_stochastic_train_draws_from_backend_rng_and_routes_back(engine):
     assert bottom[0].diff.sum() == pytest.approx(top[0].count())
     picked = bottom[0].diff > 0
     assert set(np.unique(x[picked])) <= set(np.unique(top[0].data))
+    dy = np.random.default_rng(7).normal(size=top[0].shape).astype(np.float32)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    want = reference.route(dy.reshape(want_top.shape), want_index, (6, 7, 6))
+    np.testing.assert_allclose(bottom[0].diff.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
     check_gradient(layer, bottom, top, stepsize=1e-4)
 
 
@@ -208,22 +263,3 @@ def test_in_place_is_an_error():
     blob = blob_of(np.zeros((1, 1, 2, 2)))
     with pytest.raises(CaffeError, match='"pool".*in-place'):
         layer.setup([blob], [blob])
-
-
-# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
-@pytest.mark.parametrize("params, num_tops, phase", [
-    ("kernel_size: 3 stride: 2 pad: 1", 1, caffe_pb2.TEST),
-    ("kernel_size: 3 stride: 2 pad: 1", 2, caffe_pb2.TEST),
-    ("kernel_h: 2 kernel_w: 3 stride_h: 1 stride_w: 2 pool: AVE pad: 1", 1, caffe_pb2.TEST),
-    ("kernel_size: 3 stride: 2 pool: STOCHASTIC", 1, caffe_pb2.TEST),
-    ("kernel_size: 3 stride: 2 pool: STOCHASTIC", 1, caffe_pb2.TRAIN),
-    ("global_pooling: true", 1, caffe_pb2.TEST),
-])
-def test_gpu_matches_cpu(params, num_tops, phase):
-    from tests.gpu_helpers import compare_layer_modes
-    x = no_ties(np.random.default_rng(6), (2, 3, 7, 6), low=0.1, high=1.0)
-    out = compare_layer_modes(pooling(params), [x], num_tops, phase=phase, seed=3)[0]
-    dy = [np.random.default_rng(7).normal(size=o.shape) for o in out]
-    # seed: in stochastic TRAIN both modes draw the same uniforms
-    compare_layer_modes(pooling(params), [x], num_tops, top_diffs=dy[:1] + [0] * (num_tops - 1),
-                        phase=phase, seed=3)

@@ -1,12 +1,12 @@
-"""Power: forward against numpy for power 0, 1, 2, 0.37 and 3 with scales and shifts,
-gradients (positive bases where the power needs them), Caffe's special cases, in-place use;
-the GPU path against the CPU's."""
+"""Power: forward and backward against numpy for power 0, 1, 2, 0.37 and 3 with scales and
+shifts, gradients (positive bases where the power needs them), Caffe's special cases, in-place
+use; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
@@ -34,15 +34,37 @@ def reference(x, power, scale, shift):
     return np.ones_like(base) if power == 0 else base ** power
 
 
+def reference_gradient(x, power, scale, shift):
+    """dy/dx = power scale base^(power - 1); 0 where power or scale is 0."""
+    if power == 0 or scale == 0:
+        return np.zeros(np.shape(x))
+    base = shift + scale * np.asarray(x, np.float64)
+    return power * scale * base ** (power - 1)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("power", POWERS)
 @pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
-def test_forward(shape, power, scale, shift):
+def test_forward(engine, shape, power, scale, shift):
     x = inputs(shape, power, scale, shift, 0)
     layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     np.testing.assert_allclose(top[0].data, reference(x, power, scale, shift), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("power", POWERS)
+@pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
+def test_backward(engine, power, scale, shift):
+    x = inputs((2, 3, 4, 5), power, scale, shift, 6)
+    dy = np.random.default_rng(7).normal(size=x.shape).astype(np.float32)
+    layer, bottom, top = set_up(power_layer(power, scale, shift), [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(bottom[0].cpu_diff, dy * reference_gradient(x, power, scale, shift),
+                               rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("engine, power, scale, shift", engine_cases(
@@ -113,12 +135,3 @@ def test_in_place_followed_by_in_place_layer():
     rng = np.random.default_rng(4)
     x, dy = inputs((3, 4), 0.37, 0.83, -2.4, 5), rng.normal(size=(3, 4))
     assert_in_place_matches([power_layer(0.37, 0.83, -2.4), SHIFT_DOWN], x, dy)
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("power", POWERS)
-@pytest.mark.parametrize("scale, shift", SCALE_SHIFTS)
-def test_gpu_matches_cpu(power, scale, shift):
-    x = inputs((2, 3, 4, 5), power, scale, shift, 6)
-    dy = np.random.default_rng(7).normal(size=x.shape)
-    compare_layer_modes(power_layer(power, scale, shift), [x], top_diffs=[dy])

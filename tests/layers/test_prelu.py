@@ -1,6 +1,6 @@
 """PReLU: slope blob shapes and default fill, forward against numpy (per channel and shared),
 gradients for data and slopes, slope-gradient accumulation, agreement with ReLU, in-place use,
-and the user errors; the GPU path against the CPU's, its slope-gradient reduction on any grid."""
+and the user errors; on both engines, the GPU's slope-gradient reduction on any grid."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,7 @@ from pycaffe_cli.cuda import launch
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (2, 3), (3, 4, 2)]
@@ -60,12 +60,13 @@ def test_fan_based_filler_on_slopes(shared):
     assert np.all(np.abs(layer.blobs[0].flat_data) <= np.sqrt(3))
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", SHAPES + [(2, 3, 8, 8)])
 @pytest.mark.parametrize("shared", [False, True])
-def test_forward(shape, shared):
+def test_forward(engine, shape, shared):
     x = inputs(shape)
     layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     expected = reference(x, layer.blobs[0].data, shared)
     np.testing.assert_array_equal(top[0].data, expected)
 
@@ -83,22 +84,37 @@ def test_gradient(engine, shape, shared):
                    elements=24)
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_backward_values_and_slope_accumulation(engine, shared):
-    x = inputs((2, 3, 4), 2)
+BACKWARD_CASES = [(shape, shared, True, None) for shared in (False, True)
+                  for shape in SHAPES + [(2, 3, 8, 8)]]
+# GPU: fewer blocks than channel parts (blocks loop over them) and several blocks per channel
+# (partials added by the second kernel), the slopes' gradient alone.
+GRID_CASES = [((4, 3, 8, 8), shared, False, max_blocks) for shared in (False, True)
+              for max_blocks in (1, 2, 8)]
+
+
+@pytest.mark.parametrize("engine, shape, shared, down, max_blocks", engine_cases(
+    BACKWARD_CASES, BACKWARD_CASES + GRID_CASES, unpack=True), indirect=["engine"])
+def test_backward_values_and_slope_accumulation(engine, monkeypatch, shape, shared, down,
+                                                max_blocks):
+    if max_blocks is not None:
+        monkeypatch.setattr(launch, "MAX_BLOCKS", max_blocks)
+    x = inputs(shape, 2)
     dy = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
     layer, bottom, top = set_up(prelu(shared, GAUSSIAN), [x])
     layer.forward(bottom, top)
     top[0].diff[...] = dy
     layer.blobs[0].diff[...] = 0
-    layer.backward(top, [True], bottom)
+    bottom[0].diff[...] = 9
+    layer.backward(top, [down], bottom)
     a = layer.blobs[0].cpu_data
     terms = dy.astype(np.float64) * x * (x <= 0)
-    slope_grad = terms.sum() if shared else terms.sum(axis=(0, 2))
+    others = (0,) + tuple(range(2, x.ndim))
+    slope_grad = terms.sum() if shared else terms.sum(axis=others)
     np.testing.assert_allclose(layer.blobs[0].cpu_diff, slope_grad, rtol=1e-5, atol=1e-6)
-    a_c = a.reshape(()) if shared else a.reshape(1, -1, 1)
-    np.testing.assert_array_equal(bottom[0].cpu_diff, np.where(x > 0, dy, dy * a_c))
-    layer.backward(top, [True], bottom)  # param diffs accumulate
+    a_c = a.reshape(()) if shared else a.reshape((1, -1) + (1,) * (x.ndim - 2))
+    np.testing.assert_array_equal(bottom[0].cpu_diff, np.where(x > 0, dy, dy * a_c) if down
+                                  else 9)
+    layer.backward(top, [down], bottom)  # param diffs accumulate
     np.testing.assert_allclose(layer.blobs[0].cpu_diff, 2 * slope_grad, rtol=1e-5,
                                atol=1e-6)
 
@@ -178,23 +194,3 @@ def test_reshape_to_other_channel_count_is_an_error():
     bottom[0].reshape((2, 5, 4))
     with pytest.raises(CaffeError, match='"prelu".*5 channels'):
         layer.forward(bottom, top)
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", SHAPES + [(2, 3, 8, 8)])
-@pytest.mark.parametrize("shared", [False, True])
-def test_gpu_matches_cpu(shape, shared):
-    x = inputs(shape, 9)
-    dy = np.random.default_rng(10).normal(size=shape)
-    compare_layer_modes(prelu(shared, GAUSSIAN), [x], top_diffs=[dy])
-
-
-@pytest.mark.parametrize("max_blocks", [1, 2, 8])
-@pytest.mark.parametrize("shared", [False, True])
-def test_gpu_slope_gradient_on_any_grid(monkeypatch, max_blocks, shared):
-    """Fewer blocks than channel parts (blocks loop over them) and several blocks per channel
-    (partials added by the second kernel) give the CPU's sums."""
-    monkeypatch.setattr(launch, "MAX_BLOCKS", max_blocks)
-    x = inputs((4, 3, 8, 8), 11)
-    dy = np.random.default_rng(12).normal(size=x.shape)
-    compare_layer_modes(prelu(shared, GAUSSIAN), [x], top_diffs=[dy], propagate_down=[False])

@@ -1,10 +1,11 @@
-"""Reduction: every operation over every axis with coeff, backward formulas, gradients."""
+"""Reduction: every operation over every axis with coeff, backward formulas, gradients; on both
+engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 SHAPE = (2, 3, 4)
@@ -27,43 +28,64 @@ def data(shape, seed=0):
     return (magnitude * rng.choice([-1, 1], shape)).astype(np.float32)
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2])
-@pytest.mark.parametrize("coeff", [None, -2.5])
-def test_forward(op, axis, coeff):
-    x = data(SHAPE)
+def with_zeros(x):
+    """Every 7th value 0: ASUM's sign(0) = 0."""
+    x.flat[::7] = 0
+    return x
+
+
+# (shape, axis, coeff). GPU: fewer cases (the simulator runs each block's barriers slowly),
+# with rows longer than the (test-sized) thread block.
+GPU_CASES = [(SHAPE, 0, None), (SHAPE, 1, -2.5), (SHAPE, -1, 0.5), ((2, 45, 3), 1, None)]
+FORWARD_CASES = [(SHAPE, axis, coeff) for coeff in (None, -2.5) for axis in (0, 1, 2, -1, -2)]
+BACKWARD_CASES = [(SHAPE, axis, 3) for axis in (0, 1, 2)]
+
+
+def op_cases(cases):
+    return [(op,) + case for case in cases for op in OPS]
+
+
+@pytest.mark.parametrize("engine, op, shape, axis, coeff", engine_cases(
+    op_cases(FORWARD_CASES + GPU_CASES), op_cases(GPU_CASES), unpack=True), indirect=["engine"])
+def test_forward(engine, op, shape, axis, coeff):
+    x = with_zeros(data(shape))
     params = f"operation: {op} axis: {axis}" + (f" coeff: {coeff}" if coeff else "")
     layer, bottom, top = set_up(reduction(params), [x])
     layer.forward(bottom, top)
-    axis %= len(SHAPE)
-    assert top[0].shape == SHAPE[:axis]
-    rows = x.reshape(int(np.prod(SHAPE[:axis])), -1).astype(np.float64)
-    expected = OPS[op](rows).reshape(SHAPE[:axis]) * (coeff or 1)
+    assert_tops_on_device(layer, top)
+    axis %= len(shape)
+    assert top[0].shape == shape[:axis]
+    rows = x.reshape(int(np.prod(shape[:axis])), -1).astype(np.float64)
+    expected = OPS[op](rows).reshape(shape[:axis]) * (coeff or 1)
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_defaults_sum_everything_to_a_scalar():
+def test_defaults_sum_everything_to_a_scalar(engine):
     x = data(SHAPE)
     layer, bottom, top = set_up('name: "red" type: "Reduction"', [x])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     assert top[0].shape == ()
     np.testing.assert_allclose(top[0].data, x.sum(dtype=np.float64), rtol=1e-5)
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("axis", [0, 1, 2])
-def test_backward(op, axis):
-    x = data(SHAPE)
-    layer, bottom, top = set_up(reduction(f"operation: {op} axis: {axis} coeff: 3"), [x])
+@pytest.mark.parametrize("engine, op, shape, axis, coeff", engine_cases(
+    op_cases(BACKWARD_CASES + GPU_CASES), op_cases(GPU_CASES), unpack=True),
+    indirect=["engine"])
+def test_backward(engine, op, shape, axis, coeff):
+    x = with_zeros(data(shape))
+    params = f"operation: {op} axis: {axis}" + (f" coeff: {coeff}" if coeff else "")
+    layer, bottom, top = set_up(reduction(params), [x])
     layer.forward(bottom, top)
     dy = data(top[0].shape, seed=1)
     top[0].diff[...] = dy
     layer.backward(top, [True], bottom)
-    dim = int(np.prod(SHAPE[axis:]))
-    scale = 3 * dy.reshape(dy.shape + (1,) * (len(SHAPE) - axis))
-    expected = {"SUM": np.broadcast_to(scale, SHAPE), "MEAN": np.broadcast_to(scale / dim, SHAPE),
+    axis %= len(shape)
+    dim = int(np.prod(shape[axis:]))
+    scale = (coeff or 1) * dy.reshape(dy.shape + (1,) * (len(shape) - axis))
+    expected = {"SUM": np.broadcast_to(scale, shape), "MEAN": np.broadcast_to(scale / dim, shape),
                 "ASUM": scale * np.sign(x), "SUMSQ": 2 * scale * x}[op]
-    np.testing.assert_allclose(bottom[0].diff, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bottom[0].cpu_diff, expected, rtol=1e-5, atol=1e-6)
 
 
 # GPU: one row (the simulator runs each block's barriers slowly), the default axis (0), and
@@ -79,30 +101,14 @@ def test_gradient(engine, op, axis, shape):
     check_gradient(layer, bottom, top)
 
 
-def test_asum_gradient_is_zero_at_zero():
+def test_asum_gradient_is_zero_at_zero(engine):
     layer, bottom, top = set_up(reduction("operation: ASUM"), [np.array([0.0, 1.0, -2.0])])
     layer.forward(bottom, top)
     top[0].diff[...] = 1
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].diff, [0, 1, -1])
+    np.testing.assert_array_equal(bottom[0].cpu_diff, [0, 1, -1])
 
 
 def test_bad_axis_names_the_layer():
     with pytest.raises(CaffeError, match='"red".*axis 3 out of range'):
         set_up(reduction("axis: 3"), [data(SHAPE)])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("shape, params", [
-    (SHAPE, "axis: 0"),
-    (SHAPE, "axis: 1 coeff: -2.5"),
-    (SHAPE, "axis: -1 coeff: 0.5"),
-    ((2, 45, 3), "axis: 1"),  # rows longer than the (test-sized) thread block
-])
-def test_gpu_matches_cpu(op, shape, params):
-    x = data(shape)
-    x.flat[::7] = 0  # ASUM's sign(0) = 0
-    axis = int(params.split()[1]) % len(shape)
-    dy = data(shape[:axis], seed=1)
-    compare_layer_modes(reduction(f"operation: {op} {params}"), [x], top_diffs=[dy])

@@ -1,11 +1,13 @@
-"""ReLU: forward against numpy for several slopes, gradients (away from the kink), in place;
-the GPU path against the CPU's, bit for bit."""
+"""ReLU: forward and backward against numpy for several slopes (0, -0 and NaN among the
+inputs), gradients (away from the kink), in place; on both engines, the GPU's bit for bit the
+CPU's."""
 import numpy as np
 import pytest
 
+from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import assert_in_place_matches, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -22,15 +24,35 @@ def inputs(shape, seed=0):
     return x
 
 
+def forward_backward(text, x, dy):
+    """(top data, bottom diff) of one forward and backward in the current mode."""
+    layer, bottom, top = set_up(text, [x])
+    layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
+    y = top[0].cpu_data.copy()
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    return y, bottom[0].cpu_diff.copy()
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("slope", SLOPES)
-def test_forward(shape, slope):
+def test_forward_backward(engine, shape, slope):
     x = inputs(shape)
-    layer, bottom, top = set_up(relu(slope), [x])
-    layer.forward(bottom, top)
+    x.flat[:3] = [0.0, -0.0, np.nan]
+    dy = np.random.default_rng(5).normal(size=shape).astype(np.float32)
+    y, dx = forward_backward(relu(slope), x, dy)
     xf = x.astype(np.float32)
-    np.testing.assert_allclose(top[0].data, np.where(xf > 0, xf, np.float32(slope) * xf),
-                               rtol=1e-6)
+    np.testing.assert_allclose(y, np.where(xf > 0, xf, np.float32(slope) * xf), rtol=1e-6)
+    # Caffe's factor (x > 0) + slope (x <= 0): 0 for NaN
+    factor = (xf > 0).astype(np.float32) + np.float32(slope) * (xf <= 0).astype(np.float32)
+    np.testing.assert_allclose(dx, dy * factor, rtol=1e-6)
+    if engine == "gpu":
+        # the same per-element bodies run on both targets: the same bits
+        backend.set_mode_cpu()
+        cpu_y, cpu_dx = forward_backward(relu(slope), x, dy)
+        np.testing.assert_allclose(y, cpu_y, rtol=0, atol=0)
+        np.testing.assert_allclose(dx, cpu_dx, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("engine, shape, slope", engine_cases(
@@ -60,14 +82,3 @@ def test_zero_input_gets_negative_slope_gradient(engine):
 def test_needs_one_bottom():
     with pytest.raises(CaffeError, match='"relu".*exactly 1 bottom'):
         set_up(relu(0), [np.ones(2), np.ones(2)])
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (7,)])
-@pytest.mark.parametrize("slope", SLOPES)
-def test_gpu_matches_cpu(shape, slope):
-    x = inputs(shape, 4)
-    x.flat[:3] = [0.0, -0.0, np.nan]
-    dy = np.random.default_rng(5).normal(size=shape)
-    # the same per-element bodies run on both targets
-    compare_layer_modes(relu(slope), [x], top_diffs=[dy], rtol=0, atol=0)

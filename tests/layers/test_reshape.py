@@ -1,4 +1,5 @@
-"""Reshape: Caffe's 0 (copy) / -1 (infer) / axis / num_axes rules; data and diff shared.
+"""Reshape: Caffe's 0 (copy) / -1 (infer) / axis / num_axes rules; data and diff shared; on
+both engines (the top is the bottom's memory under another shape: nothing is written).
 
 The shape cases are those of Caffe's test_reshape_layer.cpp, on a (2, 3, 6, 5) bottom.
 """
@@ -8,7 +9,7 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 BOTTOM_SHAPE = (2, 3, 6, 5)
@@ -38,17 +39,20 @@ def bottom_values(shape=BOTTOM_SHAPE, seed=0):
     ((0, -1), "axis: -3", (2, 3, 6, 5)),  # 0 copies bottom axis 2, -1 infers 5
     ((), "axis: 1 num_axes: 0", (2, 3, 6, 5)),
     ((0, -1), "axis: 1 num_axes: 1", (2, 3, 1, 6, 5)),  # 0 copies bottom axis 1 (3)
+    ((0, -1), "", (2, 90)),
 ])
-def test_shapes_and_values(dims, extra, expected):
+def test_shapes_and_values(engine, dims, extra, expected):
     x = bottom_values()
     layer, bottom, top = set_up(reshape(dims, extra), [x])
+    if engine == "gpu":
+        assert layer.forward_gpu is not None
     layer.forward(bottom, top)
     assert top[0].shape == expected
-    np.testing.assert_array_equal(top[0].data, x.reshape(expected))
+    np.testing.assert_array_equal(top[0].cpu_data, x.reshape(expected))
     assert top[0].shares_data_with(bottom[0])
 
 
-def test_forward_after_bottom_reshape():
+def test_forward_after_bottom_reshape(engine):
     """Caffe's TestForwardAfterReshape: a 1-D bottom of the same count still works."""
     layer, bottom, top = set_up(reshape((6, 2, 3, 5)), [bottom_values()])
     bottom[0].reshape((180,))
@@ -58,18 +62,24 @@ def test_forward_after_bottom_reshape():
     np.testing.assert_array_equal(top[0].data.ravel(), bottom[0].data)
 
 
-def test_inferred_dim_follows_batch_size():
+def test_inferred_dim_follows_batch_size(engine):
     layer, bottom, top = set_up(reshape((0, -1)), [bottom_values()])
     bottom[0].reshape((4, 3, 6, 5))
     layer.forward(bottom, top)
     assert top[0].shape == (4, 90)
 
 
-def test_backward_shares_diff():
-    layer, bottom, top = set_up(reshape((-1,)), [bottom_values()])
-    top[0].diff[...] = np.arange(180)
+@pytest.mark.parametrize("dims, extra", [((-1,), ""), ((0, -1), ""),
+                                         ((-1,), "axis: 1 num_axes: 2")])
+def test_backward_shares_diff(engine, dims, extra):
+    layer, bottom, top = set_up(reshape(dims, extra), [bottom_values()])
+    if engine == "gpu":
+        assert layer.backward_gpu is not None
+    layer.forward(bottom, top)
+    dy = np.arange(180).reshape(top[0].shape)
+    top[0].diff[...] = dy
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].diff, np.arange(180).reshape(BOTTOM_SHAPE))
+    np.testing.assert_array_equal(bottom[0].cpu_diff, dy.reshape(BOTTOM_SHAPE))
 
 
 @pytest.mark.parametrize("engine, dims, shape", engine_cases(
@@ -101,13 +111,3 @@ def test_in_place_is_refused():
     blob = blob_of(bottom_values())
     with pytest.raises(CaffeError, match='"rs".*in-place'):
         create_layer(layer_param(reshape((-1,)))).setup([blob], [blob])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("dims, extra, expected", [((0, -1), "", (2, 12)),
-                                                   ((-1,), "axis: 1 num_axes: 2", (2, 12, 1))])
-def test_gpu_matches_cpu(dims, extra, expected):
-    x = bottom_values((2, 3, 4, 1))
-    dy = np.random.default_rng(5).normal(size=expected)
-    # The top is the bottom's memory under another shape: forward writes nothing.
-    compare_layer_modes(reshape(dims, extra), [x], top_diffs=[dy], check_device_tops=False)

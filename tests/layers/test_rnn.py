@@ -1,5 +1,6 @@
-"""RNN: the unrolled net against a numpy recurrence, state carried between batches, cont
-resets, exposed hidden state, static input, gradients, Caffe's blob order, reshapes, errors."""
+"""RNN: the unrolled net against a numpy recurrence and its backpropagation through time, state
+carried between batches, cont resets, exposed hidden state, static input, gradients, Caffe's
+blob order, reshapes, errors; on both engines, and the GPU's state carried on the device."""
 import logging
 
 import numpy as np
@@ -10,9 +11,10 @@ from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 
-T, N, I, D = 3, 2, 4, 4
+T, N, IN, D = 3, 2, 4, 4
 
 
 def rnn(extra="", name="rnn"):
@@ -38,7 +40,49 @@ def reference(blobs, x, cont, h0=None, x_static=None):
     return np.stack(outputs), h
 
 
-def data(seed, t=T, n=N, feature_shape=(I,), resets=True):
+def reference_backward(blobs, x, cont, dy, h0=None, x_static=None):
+    """Backpropagation through time of ``reference``'s recurrence for the output diffs ``dy``
+    (none from the final state, as in Caffe): (dx, dx_static or None, the parameters'
+    gradients in the layer's blob order)."""
+    w = [b.cpu_data.astype(np.float64) for b in blobs]
+    t_steps, n = x.shape[:2]
+    xs = np.asarray(x, np.float32).astype(np.float64).reshape(t_steps, n, -1)
+    if x_static is not None:
+        w_xh, b_h, w_static, w_hh, w_ho, b_o = w
+        xs_static = np.asarray(x_static, np.float32).astype(np.float64).reshape(n, -1)
+        static = xs_static @ w_static.T
+    else:
+        (w_xh, b_h, w_hh, w_ho, b_o), static = w, 0.0
+    h = np.zeros((n, D)) if h0 is None else np.asarray(h0, np.float32).reshape(-1, D)
+    h = h.astype(np.float64)
+    steps = []  # (cont_t h_{t-1}, h_t, o_t)
+    for t in range(t_steps):
+        h_conted = cont[t][:, None] * h
+        h = np.tanh(h_conted @ w_hh.T + xs[t] @ w_xh.T + b_h + static)
+        steps.append((h_conted, h, np.tanh(h @ w_ho.T + b_o)))
+    g_xh, g_bh, g_hh, g_ho, g_bo = (np.zeros_like(a) for a in (w_xh, b_h, w_hh, w_ho, b_o))
+    dx, d_static, dh_next = np.zeros_like(xs), np.zeros((n, D)), np.zeros((n, D))
+    dy = np.asarray(dy, np.float32).astype(np.float64)
+    for t in reversed(range(t_steps)):
+        h_conted, h, o = steps[t]
+        dz_o = dy[t] * (1 - o ** 2)
+        g_ho += dz_o.T @ h
+        g_bo += dz_o.sum(axis=0)
+        dz_h = (dz_o @ w_ho + dh_next) * (1 - h ** 2)
+        g_hh += dz_h.T @ h_conted
+        g_xh += dz_h.T @ xs[t]
+        g_bh += dz_h.sum(axis=0)
+        dx[t] = dz_h @ w_xh
+        d_static += dz_h
+        dh_next = cont[t][:, None] * (dz_h @ w_hh)
+    if x_static is None:
+        return dx.reshape(np.shape(x)), None, [g_xh, g_bh, g_hh, g_ho, g_bo]
+    dx_static = (d_static @ w_static).reshape(np.shape(x_static))
+    return dx.reshape(np.shape(x)), dx_static, [g_xh, g_bh, d_static.T @ xs_static, g_hh,
+                                                g_ho, g_bo]
+
+
+def data(seed, t=T, n=N, feature_shape=(IN,), resets=True):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(t, n) + feature_shape)
     cont = np.ones((t, n))
@@ -53,8 +97,8 @@ def seeded():
     backend.set_random_seed(1701)
 
 
-@pytest.mark.parametrize("feature_shape", [(I,), (2, 3)])
-def test_forward_matches_reference(feature_shape):
+@pytest.mark.parametrize("feature_shape", [(IN,), (2, 3)])
+def test_forward_matches_reference(engine, feature_shape):
     x, cont = data(0, feature_shape=feature_shape)
     layer, bottom, top = set_up(rnn(), [x, cont])
     assert top[0].shape == (T, N, D)
@@ -65,10 +109,9 @@ def test_forward_matches_reference(feature_shape):
 
 def test_blobs_in_caffes_order():
     layer, _, _ = set_up(rnn(), list(data(0)))
-    assert [b.shape for b in layer.blobs] == [(D, I), (D,), (D, D), (D, D), (D,)]
+    assert [b.shape for b in layer.blobs] == [(D, IN), (D,), (D, D), (D, D), (D,)]
     assert layer.param_propagate_down == [True] * 5
-    names = layer.net.param_display_names
-    owners = [names[i] for i, o in enumerate(layer.net.param_owners) if o == -1]
+    owners = [p.display_name for p in layer.net.param_entries if p.owner == -1]
     assert owners == ["W_xh", "b_h", "W_hh", "W_ho", "b_o"]
     # every timestep's W_hh shares the first one's storage
     w_hh = [layer.net.layer_by_name(f"rnn_W_hh_h_{t}").blobs[0] for t in range(T)]
@@ -84,7 +127,7 @@ def test_unrolled_net_uses_caffes_layer_names():
         assert wanted in names
 
 
-def test_state_carries_over_between_batches_until_cont_resets():
+def test_state_carries_over_between_batches_until_cont_resets(engine):
     x, cont = data(1, resets=False)
     layer, bottom, top = set_up(rnn(), [x, cont])
     bottom[1].data[0] = 0
@@ -94,13 +137,22 @@ def test_state_carries_over_between_batches_until_cont_resets():
     layer.forward(bottom, top)
     expected, _ = reference(layer.blobs, x, cont, h0=h_final)
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-6)
+    # backward from the carried state: no gradient flows into it
+    dy = np.random.default_rng(23).normal(size=(T, N, D)).astype(np.float32)
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    layer.backward(top, [True, False], bottom)
+    dx, _, param_grads = reference_backward(layer.blobs, x, cont, dy, h0=h_final)
+    for got, want in zip([bottom[0]] + layer.blobs, [dx] + param_grads):
+        np.testing.assert_allclose(got.cpu_diff, want, rtol=1e-5, atol=1e-5)
     bottom[1].data[0] = 0  # a reset forgets it again
     layer.forward(bottom, top)
     expected, _ = reference(layer.blobs, x, bottom[1].data)
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_expose_hidden():
+def test_expose_hidden(engine):
     x, cont = data(2, resets=False)
     h0 = np.random.default_rng(3).normal(size=(1, N, D))
     layer, bottom, top = set_up(rnn("expose_hidden: true"), [x, cont, h0], num_tops=2)
@@ -116,18 +168,77 @@ def test_static_input():
     x, cont = data(4)
     x_static = np.random.default_rng(5).normal(size=(N, 3))
     layer, bottom, top = set_up(rnn(), [x, cont, x_static])
-    assert [b.shape for b in layer.blobs] == [(D, I), (D,), (D, 3), (D, D), (D, D), (D,)]
+    assert [b.shape for b in layer.blobs] == [(D, IN), (D,), (D, 3), (D, D), (D, D), (D,)]
     layer.forward(bottom, top)
     expected, _ = reference(layer.blobs, x, cont, x_static=x_static)
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("extra_bottoms, check", [([], [0]), ([(N, 3)], [0, 2])])
-def test_gradient(extra_bottoms, check):
-    x, cont = data(6)
+# (extra, extra bottom shapes, propagate_down): static input, exposed hidden state, both
+BOTTOM_CASES = [
+    ("", [], [True, False]),
+    ("", [(N, 3)], [True, False, True]),
+    ("", [(N, 3)], [False, False, True]),
+    ("expose_hidden: true", [(1, N, D)], [True, False, False]),
+    ("expose_hidden: true", [(N, 3), (1, N, D)], [True, False, True, False]),
+]
+
+
+@pytest.mark.parametrize("extra, extra_bottoms, down", BOTTOM_CASES)
+def test_forward_and_backward_match_reference(engine, extra, extra_bottoms, down):
+    x, cont = data(20)
+    rng = np.random.default_rng(21)
+    extras = [rng.normal(size=s) for s in extra_bottoms]
+    x_static = extras[0] if extra_bottoms[:1] == [(N, 3)] else None
+    h0 = extras[-1] if extra else None
+    num_tops = 2 if extra else 1
+    layer, bottom, top = set_up(rnn(extra), [x, cont] + extras, num_tops=num_tops)
+    if engine == "gpu":
+        # (its unrolled net's layers without a GPU path yet fall back to the CPU)
+        assert layer.forward_gpu is not None and layer.backward_gpu is not None
+    layer.forward(bottom, top)
+    expected, h_final = reference(layer.blobs, x, cont, h0=h0, x_static=x_static)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-5, atol=1e-6)
+    if extra:
+        np.testing.assert_allclose(top[1].cpu_data.reshape(N, D), h_final, rtol=1e-5,
+                                   atol=1e-6)
+    dy = rng.normal(size=(T, N, D)).astype(np.float32)
+    top[0].diff[...] = dy
+    if extra:
+        top[1].diff[...] = 0
+    for blob in bottom:
+        blob.diff[...] = 42
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    layer.backward(top, down, bottom)
+    dx, dx_static, param_grads = reference_backward(layer.blobs, x, cont, dy, h0=h0,
+                                                    x_static=x_static)
+    wanted = [dx if down[0] else 42, 42]  # none for cont
+    if x_static is not None:
+        wanted.append(dx_static if down[2] else 42)
+    if extra:
+        wanted.append(42)  # nor for an exposed h0 (not asked for here)
+    assert len(wanted) == len(bottom)
+    for index, (blob, want) in enumerate(zip(bottom, wanted)):
+        np.testing.assert_allclose(blob.cpu_diff, np.broadcast_to(want, blob.shape),
+                                   rtol=1e-5, atol=1e-5, err_msg=f"bottom {index}")
+    for index, (blob, want) in enumerate(zip(layer.blobs, param_grads)):
+        np.testing.assert_allclose(blob.cpu_diff, want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"param {index}")
+
+
+# GPU: a smaller net (the simulator runs the unrolled net slowly), the bottom only; the weights'
+# gradients are checked against numpy in test_forward_and_backward_match_reference.
+@pytest.mark.parametrize("engine, data_args, extra_bottoms, check, options", engine_cases(
+    [(dict(seed=6), [], [0], {}), (dict(seed=6), [(N, 3)], [0, 2], {})],
+    [(dict(seed=25, t=2, n=1, feature_shape=(2,)), [], [0],
+      dict(check_params=False, directions=2, elements=3))], unpack=True),
+    indirect=["engine"])
+def test_gradient(engine, data_args, extra_bottoms, check, options):
+    x, cont = data(**data_args)
     rng = np.random.default_rng(7)
     layer, bottom, top = set_up(rnn(), [x, cont] + [rng.normal(size=s) for s in extra_bottoms])
-    check_gradient(layer, bottom, top, check_bottom=check, threshold=1e-3)
+    check_gradient(layer, bottom, top, check_bottom=check, threshold=1e-3, **options)
 
 
 def test_gradient_with_exposed_hidden_state():
@@ -217,10 +328,10 @@ def test_internal_net_is_quiet_unless_debug_info(caplog):
 
 
 @pytest.mark.parametrize("extra, shapes, message", [
-    ("", [(T, N, I), (T, N + 1)], "bottom\\[1\\] \\(cont\\)"),
+    ("", [(T, N, IN), (T, N + 1)], "bottom\\[1\\] \\(cont\\)"),
     ("", [(T,), (T, N)], "at least 2 axes"),
-    ("", [(T, N, I), (T, N), (N + 1, 2)], "static input"),
-    ("expose_hidden: true", [(T, N, I), (T, N), (1, N, D + 1)], "hidden state input shape"),
+    ("", [(T, N, IN), (T, N), (N + 1, 2)], "static input"),
+    ("expose_hidden: true", [(T, N, IN), (T, N), (1, N, D + 1)], "hidden state input shape"),
 ])
 def test_shape_errors_name_the_layer(extra, shapes, message):
     with pytest.raises(CaffeError, match=f'"rnn".*{message}'):
@@ -239,70 +350,7 @@ def test_blob_counts():
         set_up(rnn(), list(data(0)), num_tops=2)
 
 
-# --- GPU mode: the device path gives the CPU's numbers ------------------------------------------
-# The unrolled net's layers without a GPU path yet fall back to the CPU, and the top shares the
-# inner Concat's output: check_device_tops=False, since that Concat may be one of them.
-def run_modes(text, bottoms, forwards, top_diffs, num_tops=1):
-    """Forward (``forwards`` times, the state carried over) and backward in CPU then GPU mode,
-    the GPU layer with the CPU layer's weights; returns [(tops, bottom diffs, param diffs)]."""
-    from tests.layer_helpers import blob_of
-    results, weights = [], None
-    for gpu in (False, True):
-        backend.set_random_seed(1701)
-        layer, bottom, top = set_up(text, [blob_of(b) for b in bottoms], num_tops)
-        if gpu:
-            backend.set_mode_gpu(0)
-        try:
-            if weights is None:
-                weights = [b.cpu_data.copy() for b in layer.blobs]
-            for blob, values in zip(layer.blobs, weights):
-                blob.data[...] = values
-            for _ in range(forwards):
-                layer.forward(bottom, top)
-            outputs = [t.cpu_data.copy() for t in top]
-            for blob, diff in zip(top, top_diffs):
-                blob.diff[...] = diff
-            layer.backward(top, [True, False] + [False] * (len(bottom) - 2), bottom)
-            grads = [b.cpu_diff.copy() for b in bottom[:1] + layer.blobs]
-        finally:
-            backend.set_mode_cpu()
-        results.append((outputs, grads))
-    return results
-
-
-def assert_modes_agree(results):
-    (cpu_tops, cpu_grads), (gpu_tops, gpu_grads) = results
-    for want, got in zip(cpu_tops + cpu_grads, gpu_tops + gpu_grads):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("extra, extra_bottoms, down", [
-    ("", [], [True, False]),
-    ("", [(N, 3)], [True, False, True]),
-    ("", [(N, 3)], [False, False, True]),
-    ("expose_hidden: true", [(1, N, D)], [True, False, False]),
-    ("expose_hidden: true", [(N, 3), (1, N, D)], [True, False, True, False]),
-])
-def test_gpu_matches_cpu(extra, extra_bottoms, down):
-    from tests.gpu_helpers import compare_layer_modes
-    x, cont = data(20)
-    rng = np.random.default_rng(21)
-    bottoms = [x, cont] + [rng.normal(size=s) for s in extra_bottoms]
-    num_tops = 2 if extra else 1
-    dy = [rng.normal(size=(T, N, D))] + [np.zeros((1, N, D))] * (num_tops - 1)
-    backend.set_random_seed(1701)
-    # summation orders differ between the device's GEMMs and BLAS's
-    compare_layer_modes(rnn(extra), bottoms, num_tops, top_diffs=dy, propagate_down=down,
-                        phase=0, atol=1e-5, check_device_tops=False)
-
-
-@pytest.mark.gpu
-def test_gpu_state_carries_over_like_cpu():
-    x, cont = data(22, resets=False)
-    dy = np.random.default_rng(23).normal(size=(T, N, D))
-    assert_modes_agree(run_modes(rnn(), [x, cont], 3, [dy]))
-
-
+# --- GPU only -------------------------------------------------------------------------------
 def test_gpu_state_is_carried_on_the_device(gpu_mode):
     from pycaffe_cli.cuda import memory
     from pycaffe_cli.synced_memory import Head
@@ -314,11 +362,3 @@ def test_gpu_state_is_carried_on_the_device(gpu_mode):
     start = layer.recurrent_inputs[0]
     assert start.data_memory.head is Head.AT_GPU  # written on the device
     assert np.all(start.cpu_data == np.float32(0.25))
-
-
-def test_gpu_gradient(gpu_mode):
-    x, cont = data(25, t=2, n=1, feature_shape=(2,))
-    layer, bottom, top = set_up(rnn(), [x, cont])
-    # the weights' gradients are compared with the CPU's in test_gpu_matches_cpu
-    check_gradient(layer, bottom, top, check_bottom=[0], check_params=False, threshold=1e-3,
-                   directions=2, elements=3)

@@ -1,4 +1,5 @@
-"""Scale: learnable and bottom forms over axis/num_axes, bias_term, gradients, in place, errors."""
+"""Scale: learnable and bottom forms over axis/num_axes, bias_term, forward and backward against
+numpy, gradients, in place, errors; on both engines."""
 import numpy as np
 import pytest
 
@@ -6,9 +7,8 @@ from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
-from tests.layers.test_bias import compare_in_place
 
 SHAPE = (2, 3, 4, 5)
 FILLERS = ('filler { type: "uniform" min: -1 max: 1 } '
@@ -32,17 +32,48 @@ LEARNABLE = [  # params, expected blob shape, axis the blob starts at
 
 @pytest.mark.parametrize("bias_term", [False, True])
 @pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
-def test_learnable_forward(params, blob_shape, axis, bias_term):
+def test_learnable_forward(params, blob_shape, axis, bias_term, engine):
     backend.set_random_seed(0)
     x = uniform_data(SHAPE)
     extra = " bias_term: true" if bias_term else ""
     layer, bottom, top = set_up(scale(FILLERS + params + extra), [x])
     assert [b.shape for b in layer.blobs] == [blob_shape] * (2 if bias_term else 1)
     layer.forward(bottom, top)
-    expected = x * broadcast(layer.blobs[0].data, x.ndim, axis)
+    assert_tops_on_device(layer, top)
+    expected = x * broadcast(layer.blobs[0].cpu_data, x.ndim, axis)
     if bias_term:
-        expected += broadcast(layer.blobs[1].data, x.ndim, axis)
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6, atol=1e-7)
+        expected += broadcast(layer.blobs[1].cpu_data, x.ndim, axis)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-6, atol=1e-7)
+
+
+def reduce_to(values, shape, axis):
+    """Sum ``values`` over the axes a ``shape`` operand starting at ``axis`` is broadcast
+    along: the gradient of that operand."""
+    values = np.asarray(values, np.float64)
+    outside = tuple(range(axis)) + tuple(range(axis + len(shape), values.ndim))
+    return values.sum(axis=outside).reshape(shape)
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+def test_learnable_backward(params, blob_shape, axis, bias_term, engine):
+    backend.set_random_seed(0)
+    x, dy = uniform_data(SHAPE), uniform_data(SHAPE, seed=2)
+    extra = " bias_term: true" if bias_term else ""
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [x])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    layer.backward(top, [True], bottom)
+    factor = layer.blobs[0].cpu_data.astype(np.float64)
+    np.testing.assert_allclose(bottom[0].cpu_diff, dy * broadcast(factor, x.ndim, axis),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.blobs[0].cpu_diff, reduce_to(dy * x, blob_shape, axis),
+                               rtol=1e-5, atol=1e-6)
+    if bias_term:
+        np.testing.assert_allclose(layer.blobs[1].cpu_diff, reduce_to(dy, blob_shape, axis),
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_default_fillers_give_identity():
@@ -65,7 +96,7 @@ BOTTOM_FORM = [  # params, scale shape, axis it lines up with
 
 @pytest.mark.parametrize("bias_term", [False, True])
 @pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
-def test_bottom_form_forward(params, scale_shape, axis, bias_term):
+def test_bottom_form_forward(params, scale_shape, axis, bias_term, engine):
     backend.set_random_seed(0)
     x, s = uniform_data(SHAPE), uniform_data(scale_shape, seed=1)
     extra = " bias_term: true" if bias_term else ""
@@ -73,10 +104,38 @@ def test_bottom_form_forward(params, scale_shape, axis, bias_term):
     # Only the bias is learnable, shaped like the scale bottom.
     assert [b.shape for b in layer.blobs] == ([scale_shape] if bias_term else [])
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     expected = x * broadcast(s, x.ndim, axis)
     if bias_term:
-        expected += broadcast(layer.blobs[0].data, x.ndim, axis)
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-6, atol=1e-7)
+        expected += broadcast(layer.blobs[0].cpu_data, x.ndim, axis)
+    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("down", [[True, True], [False, True], [True, False]])
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
+def test_bottom_form_backward(params, scale_shape, axis, bias_term, down, engine):
+    """Both bottoms' gradients, each only where asked for (the other diff left alone)."""
+    backend.set_random_seed(0)
+    x, s, dy = uniform_data(SHAPE), uniform_data(scale_shape, seed=1), uniform_data(SHAPE, 2)
+    extra = " bias_term: true" if bias_term else ""
+    layer, bottom, top = set_up(scale(FILLERS + params + extra), [x, s])
+    layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    for blob in bottom:
+        blob.diff[...] = 10
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    layer.backward(top, down, bottom)
+    want = [dy * broadcast(s, x.ndim, axis), reduce_to(dy * x, scale_shape, axis)]
+    for blob, wanted, propagated in zip(bottom, want, down):
+        if propagated:
+            np.testing.assert_allclose(blob.cpu_diff, wanted, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(blob.cpu_diff, 10)
+    if bias_term:
+        np.testing.assert_allclose(layer.blobs[0].cpu_diff, reduce_to(dy, scale_shape, axis),
+                                   rtol=1e-5, atol=1e-6)
 
 
 # The GPU case: the default axis with a bias, on a smaller input (the simulator is slow).
@@ -124,7 +183,7 @@ def test_param_gradients_accumulate(engine):
 
 
 @pytest.mark.parametrize("params, scale_shape", [("axis: 0", SHAPE), ("axis: 2", ())])
-def test_scale_bottom_gradient_overwrites(params, scale_shape):
+def test_scale_bottom_gradient_overwrites(params, scale_shape, engine):
     """Elementwise and scalar scale bottoms (Caffe's special cases)."""
     x, s, dy = uniform_data(SHAPE), uniform_data(scale_shape, seed=1), uniform_data(SHAPE, seed=3)
     layer, bottom, top = set_up(scale(params), [x, s])
@@ -133,18 +192,20 @@ def test_scale_bottom_gradient_overwrites(params, scale_shape):
     bottom[1].diff[...] = 10
     layer.backward(top, [True, True], bottom)
     expected = dy * x if scale_shape else (dy * x).sum()
-    np.testing.assert_allclose(bottom[1].diff, expected, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].diff, dy * s, rtol=1e-6)
+    np.testing.assert_allclose(bottom[1].cpu_diff, expected, rtol=1e-5)
+    np.testing.assert_allclose(bottom[0].cpu_diff, dy * s, rtol=1e-6)
 
 
+@pytest.mark.parametrize("bias_term", [True, False])
 @pytest.mark.parametrize("two_bottoms", [False, True])
-def test_in_place_matches_out_of_place(two_bottoms):
+def test_in_place_matches_out_of_place(two_bottoms, bias_term, engine):
     backend.set_random_seed(0)
     x, s, dy = uniform_data(SHAPE), uniform_data((3, 4), seed=1), uniform_data(SHAPE, seed=2)
-    text = scale(FILLERS + "num_axes: 2 bias_term: true")
+    text = scale(FILLERS + "num_axes: 2" + (" bias_term: true" if bias_term else ""))
     bottoms = [x, s] if two_bottoms else [x]
     layer, bottom, top = set_up(text, bottoms)
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     top[0].diff[...] = dy
     layer.backward(top, [True] * len(bottoms), bottom)
 
@@ -155,6 +216,7 @@ def test_in_place_matches_out_of_place(two_bottoms):
     for mine, theirs in zip(in_place.blobs, layer.blobs):
         mine.data[...] = theirs.data
     in_place.forward(in_bottom, [blob])
+    assert_tops_on_device(in_place, [blob])
     np.testing.assert_allclose(blob.data, top[0].data, rtol=1e-6)
     blob.diff[...] = dy
     in_place.backward([blob], [True] * len(bottoms), in_bottom)
@@ -197,32 +259,3 @@ def test_bias_skipped_without_param_propagate_down():
 def test_errors_name_the_layer(params, bottoms, message):
     with pytest.raises(CaffeError, match=f'"scale".*{message}'):
         set_up(scale(params), [uniform_data(shape) for shape in bottoms])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("bias_term", [False, True])
-@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
-def test_gpu_learnable_matches_cpu(params, blob_shape, axis, bias_term):
-    x, dy = uniform_data(SHAPE), uniform_data(SHAPE, seed=2)
-    extra = " bias_term: true" if bias_term else ""
-    compare_layer_modes(scale(FILLERS + params + extra), [x], top_diffs=[dy], seed=0)
-
-
-@pytest.mark.parametrize("bias_term", [False, True])
-@pytest.mark.parametrize("params, scale_shape, axis", BOTTOM_FORM)
-def test_gpu_bottom_form_matches_cpu(params, scale_shape, axis, bias_term):
-    x, s, dy = uniform_data(SHAPE), uniform_data(scale_shape, seed=1), uniform_data(SHAPE, 2)
-    extra = " bias_term: true" if bias_term else ""
-    for down in ([True, True], [False, True], [True, False]):
-        compare_layer_modes(scale(FILLERS + params + extra), [x, s], top_diffs=[dy],
-                            propagate_down=down, seed=0)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("bias_term", [False, True])
-@pytest.mark.parametrize("params, bottoms", [(FILLERS + "num_axes: 2", [SHAPE]),
-                                             (FILLERS, [SHAPE, (3, 4)])])
-def test_gpu_in_place(params, bottoms, bias_term):
-    xs = [uniform_data(shape, seed=i) for i, shape in enumerate(bottoms)]
-    extra = " bias_term: true" if bias_term else ""
-    compare_in_place(scale(params + extra), xs, uniform_data(SHAPE, seed=5))

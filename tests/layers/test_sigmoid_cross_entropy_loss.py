@@ -1,11 +1,12 @@
 """SigmoidCrossEntropyLoss: loss and gradient against numpy for every normalization (default
-BATCH_SIZE, legacy flag), ignore_label, soft targets, extreme scores, gradients and errors."""
+BATCH_SIZE, legacy flag), ignore_label, soft targets, extreme scores, gradients and errors; on
+both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -39,29 +40,40 @@ def data(shape, seed, ignore=None, hard=False):
 SHAPES = [(4, 3), (2, 3, 4, 5), (5,)]
 
 
-def run(shape, loss_param, ignore, mode, seed=0, hard=False):
+def run(shape, loss_param, ignore, mode, seed=0, hard=False, top_diff=1.0):
     x, t = data(shape, seed, ignore, hard)
     layer, bottom, top = set_up(sigmoid_loss(loss_param), [x, t])
     loss = layer.forward(bottom, top)
-    top[0].diff[...] = 1
+    assert_tops_on_device(layer, top)
+    top[0].diff[...] = top_diff
     layer.backward(top, [True, False], bottom)
     expected_loss, expected_grad = reference(x, t, ignore, mode)
     assert top[0].shape == ()
-    np.testing.assert_allclose(top[0].data, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-5)
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].diff, expected_grad, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(bottom[0].cpu_diff, top_diff * expected_grad, rtol=1e-4,
+                               atol=1e-7)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("mode", ["FULL", "VALID", "BATCH_SIZE", "NONE"])
-@pytest.mark.parametrize("ignore", [None, -1, 1])
-def test_normalization_modes(shape, mode, ignore):
+MODES = ["FULL", "VALID", "BATCH_SIZE", "NONE"]
+IGNORES = [None, -1, 1, 0]
+# The GPU cases: one normalization with each kind of ignore_label (hard targets for the
+# labels a target can truncate to), on every shape.
+GPU_MODES = [("VALID", 1), ("VALID", None), ("FULL", 0), ("NONE", None)]
+
+
+@pytest.mark.parametrize("engine, shape, mode, ignore", engine_cases(
+    [(shape, mode, ignore) for ignore in IGNORES for mode in MODES for shape in SHAPES],
+    [(shape, mode, ignore) for mode, ignore in GPU_MODES for shape in SHAPES], unpack=True),
+    indirect=["engine"])
+def test_normalization_modes(engine, shape, mode, ignore):
     ignore_param = f"ignore_label: {ignore}" if ignore is not None else ""
-    run(shape, f"normalization: {mode} {ignore_param}", ignore, mode, hard=ignore == 1)
+    run(shape, f"normalization: {mode} {ignore_param}", ignore, mode,
+        hard=ignore is not None and ignore >= 0, top_diff=1.3)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_default_is_batch_size(shape):
+def test_default_is_batch_size(shape, engine):
     run(shape, "", None, "BATCH_SIZE")
     run(shape, "ignore_label: -1", -1, "BATCH_SIZE")
 
@@ -133,18 +145,3 @@ def test_shape_errors(shapes, message):
 def test_needs_two_bottoms():
     with pytest.raises(CaffeError, match='"loss".*exactly 2 bottom'):
         set_up(sigmoid_loss(), [np.zeros((2, 3))])
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("loss_param, ignore", [
-    ("", None), ("ignore_label: -1", -1), ("normalization: VALID ignore_label: 1", 1),
-    ("normalization: VALID", None), ("normalization: FULL ignore_label: 0", 0),
-    ("normalization: NONE", None)])
-def test_gpu_matches_cpu(shape, loss_param, ignore):
-    from tests.gpu_helpers import compare_layer_modes
-    x, t = data(shape, 4, ignore, hard=ignore is not None and ignore >= 0)
-    compare_layer_modes(sigmoid_loss(loss_param, "loss_weight: 0"), [x, t],
-                        top_diffs=[np.float32(1.3)], propagate_down=[True, False])

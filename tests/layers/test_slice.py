@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 SHAPE = (6, 4, 3, 6)
@@ -28,28 +28,41 @@ CASES = [  # (params, numpy axis, sizes of the tops)
     ("slice_dim: 0 slice_point: 5", 0, (5, 1)),
     ("slice_dim: 1", 1, (1, 1, 1, 1)),
 ]
+# The GPU cases, on a smaller bottom (the simulator is slow).
+GPU_SHAPE = (2, 4, 3, 2)
+GPU_CASES = [
+    ("axis: 0 slice_point: 1", 0, (1, 1)),
+    ("slice_point: 1", 1, (1, 3)),
+    ("axis: 2 slice_point: 1 slice_point: 2", 2, (1, 1, 1)),
+    ("axis: -1", 3, (1, 1)),
+]
+ENGINE_CASES = engine_cases([case + (SHAPE,) for case in CASES],
+                            [case + (GPU_SHAPE,) for case in GPU_CASES], unpack=True)
 
 
-@pytest.mark.parametrize("params, axis, sizes", CASES)
-def test_forward(params, axis, sizes):
-    x = bottom_values()
+@pytest.mark.parametrize("engine, params, axis, sizes, shape", ENGINE_CASES,
+                         indirect=["engine"])
+def test_forward(engine, params, axis, sizes, shape):
+    x = bottom_values(shape)
     layer, bottom, top = set_up(slice_layer(params), [x], len(sizes))
     layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     expected = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
     for blob, part in zip(top, expected):
-        np.testing.assert_array_equal(blob.data, part)
+        np.testing.assert_array_equal(blob.cpu_data, part)
 
 
-@pytest.mark.parametrize("params, axis, sizes", CASES)
-def test_backward(params, axis, sizes):
-    layer, bottom, top = set_up(slice_layer(params), [bottom_values()], len(sizes))
+@pytest.mark.parametrize("engine, params, axis, sizes, shape", ENGINE_CASES,
+                         indirect=["engine"])
+def test_backward(engine, params, axis, sizes, shape):
+    layer, bottom, top = set_up(slice_layer(params), [bottom_values(shape)], len(sizes))
     layer.forward(bottom, top)
     rng = np.random.default_rng(3)
     grads = [rng.normal(size=blob.shape).astype(np.float32) for blob in top]
     for blob, g in zip(top, grads):
         blob.diff[...] = g
     layer.backward(top, [True], bottom)
-    np.testing.assert_array_equal(bottom[0].diff, np.concatenate(grads, axis=axis))
+    np.testing.assert_array_equal(bottom[0].cpu_diff, np.concatenate(grads, axis=axis))
 
 
 def test_backward_skipped_without_propagate_down(engine):
@@ -72,15 +85,21 @@ def test_gradient(engine, params, num_tops, shape):
     check_gradient(layer, bottom, top)
 
 
-def test_single_top_shares():
-    x = bottom_values()
+@pytest.mark.parametrize("engine, shape", engine_cases([SHAPE], [(2, 2, 3)]),
+                         indirect=["engine"])
+def test_single_top_shares(engine, shape):
+    x = bottom_values(shape)
     layer, bottom, top = set_up(slice_layer(), [x], 1)
     layer.forward(bottom, top)
     assert top[0].shares_data_with(bottom[0])
-    np.testing.assert_array_equal(top[0].data, x)
+    np.testing.assert_array_equal(top[0].cpu_data, x)
+    dy = np.random.default_rng(3).normal(size=shape).astype(np.float32)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    np.testing.assert_array_equal(bottom[0].cpu_diff, dy)
 
 
-def test_single_top_gradient():
+def test_single_top_gradient(engine):
     layer, bottom, top = set_up(slice_layer(), [bottom_values((2, 2, 3))], 1)
     check_gradient(layer, bottom, top)
 
@@ -101,27 +120,3 @@ def test_single_top_gradient():
 def test_errors(params, num_tops, message):
     with pytest.raises(CaffeError, match=f'"sl".*{message}'):
         set_up(slice_layer(params), [bottom_values()], num_tops)
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("params, axis, sizes", [
-    ("axis: 0 slice_point: 1", 0, (1, 1)),
-    ("slice_point: 1", 1, (1, 3)),
-    ("axis: 2 slice_point: 1 slice_point: 2", 2, (1, 1, 1)),
-    ("axis: -1", 3, (1, 1)),
-])
-def test_gpu_matches_cpu(params, axis, sizes):
-    x = bottom_values((2, 4, 3, 2))
-    rng = np.random.default_rng(3)
-    diffs = []
-    for size in sizes:
-        shape = list(x.shape)
-        shape[axis] = size
-        diffs.append(rng.normal(size=shape))
-    compare_layer_modes(slice_layer(params), [x], len(sizes), top_diffs=diffs)
-
-
-def test_gpu_single_top_shares():
-    x = bottom_values((2, 2, 3))
-    dy = np.random.default_rng(3).normal(size=x.shape)
-    compare_layer_modes(slice_layer(), [x], 1, top_diffs=[dy], check_device_tops=False)

@@ -1,11 +1,12 @@
 """SoftmaxWithLoss: loss against numpy for every normalization (legacy flag included),
-ignore_label, spatial (axis != 1) losses, the probability top, gradients and errors."""
+ignore_label, spatial (axis != 1) losses, the probability top, gradients and errors; on both
+engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 FLT_MIN = np.finfo(np.float32).tiny
@@ -50,18 +51,20 @@ MODES = ["FULL", "VALID", "BATCH_SIZE", "NONE"]
 GEOMETRY = [((4, 5), 1), ((2, 3, 4, 5), 1), ((2, 4, 3), 2), ((3, 2, 4), -1)]
 
 
-def run(shape, axis, loss_param, ignore, mode, seed=0):
+def run(shape, axis, loss_param, ignore, mode, seed=0, top_diff=1.0):
     canonical = axis % len(shape)
     x = np.random.default_rng(seed).normal(scale=2, size=shape)
     labels = labels_for(shape, canonical, shape[canonical], seed + 1, ignore, 0.3)
     layer, bottom, top = set_up(loss_layer(loss_param, axis), [x, labels])
     loss = layer.forward(bottom, top)
-    top[0].diff[...] = 1
+    assert_tops_on_device(layer, top)
+    top[0].diff[...] = top_diff
     layer.backward(top, [True, False], bottom)
     expected_loss, expected_grad = reference(x, labels, canonical, ignore, mode)
-    np.testing.assert_allclose(top[0].data, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-5)
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].diff, expected_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(bottom[0].cpu_diff, top_diff * expected_grad, rtol=1e-4,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("engine, shape, axis, mode, ignore", engine_cases(
@@ -86,6 +89,19 @@ def test_default_is_valid():
     run((6, 4), 1, "ignore_label: 2", 2, "VALID")
 
 
+@pytest.mark.parametrize("shape, axis", GEOMETRY)
+@pytest.mark.parametrize("loss_param, ignore, mode", [
+    ("", None, "VALID"), ("normalization: FULL ignore_label: 1", 1, "FULL"),
+    ("normalization: VALID ignore_label: -1", -1, "VALID"),
+    ("normalization: BATCH_SIZE", None, "BATCH_SIZE"),
+    ("normalization: NONE ignore_label: 0", 0, "NONE"),
+    ("normalize: false ignore_label: 2", 2, "BATCH_SIZE")])
+def test_loss_param_forms(shape, axis, loss_param, ignore, mode, engine):
+    """The default, the explicit normalizations and the legacy flag, each with its own
+    ignore_label, on every geometry, backward from a top diff other than 1."""
+    run(shape, axis, loss_param, ignore, mode, seed=5, top_diff=1.5)
+
+
 def test_all_ignored_gives_zero_loss_and_gradient(engine):
     x = np.random.default_rng(0).normal(size=(3, 4))
     layer, bottom, top = set_up(loss_layer("ignore_label: 7"), [x, np.full(3, 7.0)])
@@ -104,11 +120,22 @@ def test_certain_wrong_prediction_is_clamped_by_flt_min(engine):
 
 def test_second_top_is_the_probabilities(engine):
     x = np.random.default_rng(0).normal(size=(2, 3, 2))
-    layer, bottom, top = set_up(loss_layer(), [x, np.zeros((2, 2))], num_tops=2)
-    layer.forward(bottom, top)
+    labels = np.array([[0.0, 2.0], [1.0, 1.0]])
+    layer, bottom, top = set_up(loss_layer(), [x, labels], num_tops=2)
+    loss = layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
     e = np.exp(x - x.max(1, keepdims=True))
-    np.testing.assert_allclose(top[1].data, e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(top[1].cpu_data, e / e.sum(1, keepdims=True), rtol=1e-5)
     assert layer.loss_weights == [1.0, 0.0]
+    # The loss and its gradient are those of the one-top layer; the probabilities' diff
+    # does not reach the scores.
+    expected_loss, expected_grad = reference(x, labels, 1, None, "VALID")
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-5)
+    top[0].diff[...] = 3.0
+    top[1].diff[...] = 0
+    layer.backward(top, [True, False], bottom)
+    np.testing.assert_allclose(bottom[0].cpu_diff, 3.0 * expected_grad, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("engine, shape, axis, seed", engine_cases(
@@ -159,32 +186,3 @@ def test_label_count_mismatch(shapes, message):
 def test_blob_counts(num_bottoms, num_tops, message):
     with pytest.raises(CaffeError, match=f'"loss".*{message}'):
         set_up(loss_layer(), [np.zeros((2, 3))] * num_bottoms, num_tops)
-
-
-# --- GPU mode ----------------------------------------------------------------------------------
-# Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
-# the head AT_GPU, so compare_layer_modes can see that the GPU forward wrote it on the device.
-UNWEIGHTED = "loss_weight: 0"
-
-
-@pytest.mark.parametrize("shape, axis", GEOMETRY)
-@pytest.mark.parametrize("loss_param, ignore", [
-    ("", None), ("normalization: FULL ignore_label: 1", 1),
-    ("normalization: VALID ignore_label: -1", -1), ("normalization: BATCH_SIZE", None),
-    ("normalization: NONE ignore_label: 0", 0), ("normalize: false ignore_label: 2", 2)])
-def test_gpu_matches_cpu(shape, axis, loss_param, ignore):
-    from tests.gpu_helpers import compare_layer_modes
-    canonical = axis % len(shape)
-    x = np.random.default_rng(5).normal(scale=2, size=shape)
-    labels = labels_for(shape, canonical, shape[canonical], 6, ignore, 0.3)
-    compare_layer_modes(loss_layer(loss_param, axis, UNWEIGHTED), [x, labels],
-                        top_diffs=[np.float32(1.5)], propagate_down=[True, False])
-
-
-def test_gpu_second_top():
-    from tests.gpu_helpers import compare_layer_modes
-    x = np.random.default_rng(7).normal(size=(2, 3, 2))
-    labels = np.array([[0.0, 2.0], [1.0, 1.0]])
-    compare_layer_modes(loss_layer(extra=f"{UNWEIGHTED} {UNWEIGHTED}"), [x, labels],
-                        num_tops=2, top_diffs=[np.float32(3.0), np.zeros((2, 3, 2))],
-                        propagate_down=[True, False])

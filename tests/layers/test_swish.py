@@ -1,14 +1,15 @@
 """Swish: forward against numpy for several betas, gradients, Caffe's backward formula,
-in-place use; the GPU path against the CPU's."""
+in-place use, large inputs; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 BETAS = [1.0, 2.0, 0.5]
+ALL_BETAS = BETAS + [-1.5]
 
 
 def swish(beta=None):
@@ -22,12 +23,13 @@ def reference(x, beta):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("beta", BETAS)
-def test_forward(shape, beta):
+@pytest.mark.parametrize("beta", ALL_BETAS)
+def test_forward(shape, beta, engine):
     x = np.random.default_rng(0).normal(scale=2.0, size=shape).astype(np.float32)
     layer, bottom, top = set_up(swish(beta), [x])
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].data, reference(x, beta), rtol=1e-6, atol=1e-7)
+    assert_tops_on_device(layer, top)
+    np.testing.assert_allclose(top[0].cpu_data, reference(x, beta), rtol=1e-6, atol=1e-7)
 
 
 def test_default_beta_is_one():
@@ -46,15 +48,38 @@ def test_gradient(engine, shape, beta):
     check_gradient(layer, bottom, top, threshold=1e-3)
 
 
-@pytest.mark.parametrize("beta", BETAS)
-def test_backward_against_the_derivative(beta):
-    x = np.linspace(-6, 6, 25)
+def derivative(x, beta):
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-beta * x))
+    return s + beta * x * s * (1 - s)
+
+
+@pytest.mark.parametrize("shape", [(25,), (2, 3, 4, 5), (7,)])
+@pytest.mark.parametrize("beta", ALL_BETAS)
+def test_backward_against_the_derivative(beta, shape, engine):
+    x = np.linspace(-6, 6, int(np.prod(shape))).reshape(shape)
+    dy = np.full(shape, 1.5) if shape == (25,) else np.random.default_rng(5).normal(size=shape)
     layer, bottom, top = set_up(swish(beta), [x])
     layer.forward(bottom, top)
+    top[0].diff[...] = dy
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(bottom[0].cpu_diff, dy * derivative(x, beta), rtol=1e-5,
+                               atol=1e-7)
+
+
+def test_large_inputs(engine):
+    x = np.array([-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4])
+    layer, bottom, top = set_up(swish(2.0), [x])
+    layer.forward(bottom, top)
+    assert_tops_on_device(layer, top)
+    with np.errstate(over="ignore"):
+        want = reference(x, 2.0)
+    np.testing.assert_allclose(top[0].cpu_data, want, rtol=1e-6, atol=1e-7)
     top[0].diff[...] = 1.5
     layer.backward(top, [True], bottom)
-    s = 1.0 / (1.0 + np.exp(-beta * x))
-    np.testing.assert_allclose(bottom[0].diff, 1.5 * (s + beta * x * s * (1 - s)), rtol=1e-5,
+    assert np.all(np.isfinite(bottom[0].cpu_diff))
+    np.testing.assert_allclose(bottom[0].cpu_diff, 1.5 * derivative(x, 2.0), rtol=1e-5,
                                atol=1e-7)
 
 
@@ -70,17 +95,3 @@ def test_in_place_followed_by_in_place_layer():
     rng = np.random.default_rng(4)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     assert_in_place_matches([swish(2.0), SHIFT_DOWN], x, dy)
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (7,)])
-@pytest.mark.parametrize("beta", BETAS + [-1.5])
-def test_gpu_matches_cpu(shape, beta):
-    rng = np.random.default_rng(4)
-    x = rng.normal(scale=2.0, size=shape)
-    compare_layer_modes(swish(beta), [x], top_diffs=[rng.normal(size=shape)])
-
-
-def test_gpu_large_inputs():
-    x = np.array([-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4])
-    compare_layer_modes(swish(2.0), [x], top_diffs=[np.full(x.shape, 1.5)])

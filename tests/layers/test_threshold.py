@@ -1,12 +1,12 @@
 """Threshold: forward against numpy (strictly greater), in-place use, and the missing
-backward raising a CaffeError; the same on the GPU."""
+backward raising a CaffeError; on both engines."""
 import numpy as np
 import pytest
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer, v1_type_name
-from tests.gpu_helpers import compare_layer_modes
+from tests.gpu_helpers import assert_tops_on_device
 from tests.layer_helpers import blob_of, layer_param, set_up
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
@@ -20,13 +20,14 @@ def threshold(t=None):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("t", THRESHOLDS)
-def test_forward(shape, t):
+def test_forward(shape, t, engine):
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
     x.flat[0] = t  # equal to the threshold: 0
     layer, bottom, top = set_up(threshold(t), [x])
     layer.forward(bottom, top)
-    np.testing.assert_array_equal(top[0].data, (x > np.float32(t)).astype(np.float32))
-    assert top[0].data.flat[0] == 0
+    assert_tops_on_device(layer, top)
+    np.testing.assert_array_equal(top[0].cpu_data, (x > np.float32(t)).astype(np.float32))
+    assert top[0].cpu_data.flat[0] == 0
 
 
 def test_default_threshold_is_zero():
@@ -43,19 +44,29 @@ def test_in_place(engine):
     np.testing.assert_array_equal(blob.cpu_data, [0, 0, 1])
 
 
-def test_backward_is_not_implemented():
+@pytest.fixture
+def fallback_notices(caplog, monkeypatch):
+    """A function giving the "no GPU ... pass; running it on the CPU" notices logged so far
+    in the test (the once-per-process record of them cleared first)."""
+    monkeypatch.setitem(backend._state, "logged", set())
+    return lambda: [r.getMessage() for r in caplog.records if "no GPU" in r.getMessage()]
+
+
+def test_backward_is_not_implemented(engine, fallback_notices):
     layer, bottom, top = set_up(threshold(), [np.ones(3)])
     layer.forward(bottom, top)
     with pytest.raises(CaffeError, match='"step".*no backward'):
         layer.backward(top, [True], bottom)
+    assert fallback_notices() == []
 
 
-def test_backward_without_propagate_down_is_a_no_op():
+def test_backward_without_propagate_down_is_a_no_op(engine, fallback_notices):
     layer, bottom, top = set_up(threshold(), [np.ones(3)])
     layer.forward(bottom, top)
     bottom[0].diff[...] = 4
     layer.backward(top, [False], bottom)
-    np.testing.assert_array_equal(bottom[0].diff, [4, 4, 4])
+    np.testing.assert_array_equal(bottom[0].cpu_diff, [4, 4, 4])
+    assert fallback_notices() == []
 
 
 def test_v1_name():
@@ -65,24 +76,3 @@ def test_v1_name():
 def test_force_backward_does_not_reach_the_bottom():
     layer = create_layer(layer_param(threshold()))
     assert layer.allow_force_backward(0) is False
-
-
-# --- GPU mode ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("t", THRESHOLDS)
-def test_gpu_matches_cpu(shape, t):
-    x = np.random.default_rng(4).normal(size=shape).astype(np.float32)
-    x.flat[0] = t
-    compare_layer_modes(threshold(t), [x], rtol=0, atol=0)
-
-
-def test_gpu_backward(gpu_mode, caplog, monkeypatch):
-    monkeypatch.setitem(backend._state, "logged", set())
-    layer, bottom, top = set_up(threshold(), [np.ones(3)])
-    layer.forward(bottom, top)
-    bottom[0].diff[...] = 4
-    layer.backward(top, [False], bottom)
-    np.testing.assert_array_equal(bottom[0].cpu_diff, [4, 4, 4])
-    with pytest.raises(CaffeError, match='"step".*no backward'):
-        layer.backward(top, [True], bottom)
-    assert "no GPU" not in caplog.text

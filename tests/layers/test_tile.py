@@ -4,7 +4,7 @@ import pytest
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
-from tests.gpu_helpers import compare_layer_modes, engine_cases
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 
 
@@ -17,7 +17,7 @@ def data(shape, seed=0):
 
 
 CASES = [((2, 3, 4), 1, 3), ((2, 3, 4), 0, 2), ((2, 3, 4), 2, 4), ((2, 3, 4), -1, 2),
-         ((5,), 0, 3), ((2, 3), 1, 1)]
+         ((5,), 0, 3), ((2, 3), 1, 1), ((2, 1, 3), 1, 9)]
 
 
 def reps(ndim, axis, tiles):
@@ -27,11 +27,12 @@ def reps(ndim, axis, tiles):
 
 
 @pytest.mark.parametrize("shape, axis, tiles", CASES)
-def test_forward(shape, axis, tiles):
+def test_forward(shape, axis, tiles, engine):
     x = data(shape)
     layer, bottom, top = set_up(tile(f"axis: {axis} tiles: {tiles}"), [x])
     layer.forward(bottom, top)
-    np.testing.assert_array_equal(top[0].data, np.tile(x, reps(len(shape), axis, tiles)))
+    assert_tops_on_device(layer, top)
+    np.testing.assert_array_equal(top[0].cpu_data, np.tile(x, reps(len(shape), axis, tiles)))
 
 
 @pytest.mark.parametrize("shape, axis, tiles", CASES)
@@ -43,7 +44,7 @@ def test_backward_sums_the_copies(shape, axis, tiles, engine):
     layer.backward(top, [True], bottom)
     axis = axis % len(shape)
     split = dy.reshape(shape[:axis] + (tiles,) + shape[axis:])
-    np.testing.assert_allclose(bottom[0].diff, split.sum(axis=axis), rtol=1e-6)
+    np.testing.assert_allclose(bottom[0].cpu_diff, split.sum(axis=axis), rtol=1e-6)
 
 
 @pytest.mark.parametrize("engine, shape, axis, tiles",
@@ -72,12 +73,3 @@ def test_default_axis_is_one():
 def test_errors_name_the_layer(params, message):
     with pytest.raises(CaffeError, match=f'"tile".*{message}'):
         set_up(tile(params), [data((2, 3, 4))])
-
-
-# --- GPU mode ------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape, axis, tiles", CASES + [((2, 1, 3), 1, 9)])
-def test_gpu_matches_cpu(shape, axis, tiles):
-    text = tile(f"axis: {axis} tiles: {tiles}")
-    top_shape = list(shape)
-    top_shape[axis] *= tiles
-    compare_layer_modes(text, [data(shape)], top_diffs=[data(top_shape, seed=1)])
