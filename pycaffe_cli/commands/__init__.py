@@ -42,6 +42,11 @@ FLAGS = {
                        help="The number of iterations to run."),
     "phase": dict(default=None, type=click.Choice(["TRAIN", "TEST"]),
                   help="Network phase (TRAIN or TEST). Only used for 'time'; default TRAIN."),
+    "batch": dict(default=None, type=click.IntRange(min=1), metavar="N",
+                  help="A pycaffe addition (Caffe has no such flag): run at batch size N, "
+                       "set as the first axis of every Input shape (and legacy net input), "
+                       "DummyData shape and data layer batch_size before the net is built. "
+                       "Only used for 'time'; default: the prototxt's."),
     "level": dict(default=0, type=int, show_default=True, help="Network level."),
     "stage": dict(default=None, metavar="STAGES",
                   help="Network stages (not to be confused with phase), separated by ','."),
