@@ -20,6 +20,12 @@ The GEMMs see the output side as (C_out, count P) while blobs hold (count, C_out
 layout kernels reorder it, adding the bias on the way out (and, on the CPU, summing the bias
 gradient on the way back in, to the bit what numpy's sums gave).
 
+Layers whose groups make those GEMMs tiny (depthwise ones: one channel in and out per group)
+run the DIRECT plan instead, chosen per layer at reshape (base_convolution_plan.py): the same
+three passes as window sums on the blob layouts -- no im2col, no reordering, no buffers, the
+whole batch in one block -- through the backends' ``direct_*`` primitives
+(kernels/*/depthwise.py).
+
 The plan is written once, here, over a backend object chosen by the mode: ``CpuConvBackend``
 (numpy arrays) or ``GpuConvBackend`` (device arrays), see base_convolution_backend.py. The
 GPU backend covers 2-d windows (the CUDA im2col is 2-d); N-d ones run the CPU backend,
@@ -35,6 +41,7 @@ from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer
 from pycaffe_cli.layers.base_convolution_backend import CpuConvBackend, GemmDims, \
     GpuConvBackend
+from pycaffe_cli.layers.base_convolution_plan import Plan, choose_plan
 from pycaffe_cli.layers.kernels.cpu import im2col as kernels
 from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
 from pycaffe_cli.layers.views import layer_axis
@@ -67,7 +74,9 @@ class ColumnGeometry:
         self._im_nd = np.array(self.im_shape, np.int64)
         return self.out_shape
 
-    def _args(self):
+    def args_2d(self):
+        """(channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w,
+        dilation_h, dilation_w): the 2-d kernels' geometry arguments."""
         (kh, kw), (ph, pw), (sh, sw), (dh, dw) = (self.kernel, self.pad, self.stride,
                                                   self.dilation)
         return (self.channels,) + self.im_shape + (kh, kw, ph, pw, sh, sw, dh, dw)
@@ -75,26 +84,26 @@ class ColumnGeometry:
     def im2col(self, im, num, col, batch_major):
         """Unfold ``num`` images (flat ``im``) into the flat buffer ``col``."""
         if self.use_2d:
-            kernels.im2col_batch(im, num, *self._args(), col, batch_major)
+            kernels.im2col_batch(im, num, *self.args_2d(), col, batch_major)
         else:
             kernels.im2col_nd(im, num, self.channels, self._im_nd, *self._nd, col, batch_major)
 
     def col2im(self, col, num, im, batch_major):
         """Fold ``col`` back into ``num`` images, overwriting the flat ``im``."""
         if self.use_2d:
-            kernels.col2im_batch(col, num, *self._args(), im, batch_major)
+            kernels.col2im_batch(col, num, *self.args_2d(), im, batch_major)
         else:
             kernels.col2im_nd(col, num, self.channels, self._im_nd, *self._nd, im, batch_major)
 
     def gpu_im2col(self, im, num, col, batch_major):
         """``im2col`` on flat device arrays (2-d windows only: see ``use_2d``)."""
         from pycaffe_cli.layers.kernels.cuda import im2col
-        im2col.im2col_batch(im, num, *self._args(), col, batch_major)
+        im2col.im2col_batch(im, num, *self.args_2d(), col, batch_major)
 
     def gpu_col2im(self, col, num, im, batch_major):
         """``col2im`` on flat device arrays (2-d windows only)."""
         from pycaffe_cli.layers.kernels.cuda import im2col
-        im2col.col2im_batch(col, num, *self._args(), im, batch_major)
+        im2col.col2im_batch(col, num, *self.args_2d(), im, batch_major)
 
 
 def _drop_leading_ones(shape):
@@ -147,6 +156,11 @@ class BaseConvolutionLayer(Layer):
         self.param_propagate_down = [True] * len(self.blobs)
         self.cpu_backend = CpuConvBackend()
         self._gpu_backend = None
+        self.force_plan = None  # a Plan to use instead of choose_plan's (tests, timings)
+        # ReLU's negative slope to apply where forward adds the bias (None: no ReLU); set by
+        # the inference plan (pycaffe_cli/inference.py) on its own copies, CPU backend only.
+        self.fused_relu_slope = None
+        self.plan = Plan.GEMM
 
     def _check_channels(self):
         if self.num_output <= 0:
@@ -207,10 +221,22 @@ class BaseConvolutionLayer(Layer):
         self.im_dim = self.conv_in_channels * math.prod(im_shape)
         self.out_spatial_dim = math.prod(col_shape)
         self.mat_dim = self.conv_out_channels * self.out_spatial_dim
+        self.plan = self._plan()
+        if self.plan is Plan.DIRECT:  # no buffers: the whole batch in one block
+            self.block = max(self.num, 1)
+            return
         per_image = self.kernel_dim * self.group * self.out_spatial_dim
         self.block = max(1, min(self.num, COL_BUFFER_LIMIT // max(per_image, 1)))
         self.cpu_backend.reserve(0 if self.is_1x1 else per_image * self.block,
                                  self.mat_dim * self.block)
+
+    def _plan(self):
+        """``force_plan`` if set (DIRECT only where supported: 2-d windows), else the rule."""
+        use_2d = self.geometry.use_2d
+        if self.force_plan is not None:
+            return self.force_plan if use_2d else Plan.GEMM
+        return choose_plan(use_2d, self.group, self.conv_in_channels // self.group,
+                           self.conv_out_channels // self.group)
 
     def blocks(self):
         """(first image, image count) of each block of the batch."""
@@ -284,19 +310,30 @@ class BaseConvolutionLayer(Layer):
         """mat (count, C_out, P) = W @ im2col(im) (+ bias), ``im`` flat input images; with
         ``skip_im2col``, the column buffer already holds im2col(im)."""
         weights = be.read_data(self.blobs[0])
+        relu = self.fused_relu_slope if bias is not None else None
+        if self.plan is Plan.DIRECT:
+            be.direct_forward(self.geometry, im, count, weights, self.conv_out_channels,
+                              self.group, bias if relu is None else None, mat)
+            if relu is not None:  # not fused in the direct kernels: bias and ReLU in one pass
+                be.add_bias(mat, count, self.conv_out_channels, bias, relu)
+            return
         if self.is_1x1:
             be.gemm_images(False, weights, im, mat, count, self._dims(self.out_spatial_dim))
             if bias is not None:
-                be.add_bias(mat, count, self.conv_out_channels, bias)
+                be.add_bias(mat, count, self.conv_out_channels, bias, relu)
             return
         col = self._col_buffer(be, count) if skip_im2col else self._im2col(be, im, count)
         y = be.mat_buffer(self.mat_dim * count)
         be.gemm_groups(False, weights, col, y, self._dims(count * self.out_spatial_dim))
-        be.to_images(y, count, self.conv_out_channels, self.out_spatial_dim, mat, bias)
+        be.to_images(y, count, self.conv_out_channels, self.out_spatial_dim, mat, bias, relu)
 
     def backward_gemm(self, be, mat, im, count, mat_transposed=None):
         """im (flat input images) = col2im(W^T @ mat), ``mat`` (count, C_out, P)."""
         weights = be.read_data(self.blobs[0])
+        if self.plan is Plan.DIRECT:
+            be.direct_backward_data(self.geometry, mat, count, weights, self.conv_out_channels,
+                                    self.group, im)
+            return
         if self.is_1x1:
             be.gemm_images(True, weights, mat, im, count, self._dims(self.out_spatial_dim))
             return
@@ -308,7 +345,11 @@ class BaseConvolutionLayer(Layer):
     def weight_gemm(self, be, im, mat, count, mat_transposed=None):
         """dW += mat @ im2col(im)^T; returns ``mat`` transposed for a following
         backward_gemm (``mat_transposed`` if given), and leaves im2col(im) in the column
-        buffer."""
+        buffer (on the GEMM plan; the DIRECT one returns None)."""
+        if self.plan is Plan.DIRECT:
+            be.direct_weight_grad(self.geometry, im, mat, count, self.conv_out_channels,
+                                  self.group, be.write_diff(self.blobs[0]))
+            return None
         col = self._im2col(be, im, count)
         y = self._to_channels(be, mat, count) if mat_transposed is None else mat_transposed
         be.weight_grad(y, col, be.write_diff(self.blobs[0]),

@@ -14,6 +14,13 @@ array is flat (1-d, C-contiguous): a host view or a numba device array. With G g
     add_bias:     data (num, C, P) += bias[c]
     bias_grad:    db[c] += sum over n, p of diff (num, C, P)
 
+and, for 2-d windows whose groups make those GEMMs tiny (depthwise), the plan's DIRECT passes
+on the blob layouts, no im2col (kernels/cpu/depthwise.py and its CUDA twin)::
+
+    direct_forward:        mat = conv(im) (+ bias)          (forward_gemm)
+    direct_backward_data:  im = conv^T(mat)                 (backward_gemm)
+    direct_weight_grad:    dW += the window sums of mat x im (weight_gemm)
+
 The CPU backend keeps numpy's float32 order of operations (batched ``np.matmul``, the numba
 layout kernels, the bias gradient in numpy's pairwise order, fused into the reordering of
 the top diff). The GPU backend runs each GEMM on cuBLAS (or pycaffe's fallback kernel), the
@@ -23,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pycaffe_cli.layers.kernels.cpu import layout
+from pycaffe_cli.layers.kernels.cpu import depthwise, layout
 from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
 
 
@@ -99,11 +106,14 @@ class CpuConvBackend:
             layout.images_to_channels_sum(src, count, channels, size, dst, sums)
 
     @staticmethod
-    def to_images(src, count, channels, size, dst, bias=None):
+    def to_images(src, count, channels, size, dst, bias=None, relu_slope=None):
         if bias is None:
             layout.channels_to_images(src, count, channels, size, dst)
-        else:
+        elif relu_slope is None:
             layout.channels_to_images_bias(src, count, channels, size, bias, dst)
+        else:
+            layout.channels_to_images_bias_relu(src, count, channels, size, bias,
+                                                np.float32(relu_slope), dst)
 
     # --- GEMMs -----------------------------------------------------------------------------
     @staticmethod
@@ -131,10 +141,30 @@ class CpuConvBackend:
         grad = np.matmul(y.reshape(g, rows, -1), col.reshape(g, depth, -1).transpose(0, 2, 1))
         weight_diff.reshape(grad.shape)[...] += grad
 
+    # --- direct (depthwise) passes ---------------------------------------------------------
+    @staticmethod
+    def direct_forward(geometry, im, count, weights, out_channels, group, bias, mat):
+        depthwise.forward(im, count, *geometry.args_2d(), weights, out_channels, group, bias,
+                          mat)
+
+    @staticmethod
+    def direct_backward_data(geometry, mat, count, weights, out_channels, group, im):
+        depthwise.backward_data(mat, count, *geometry.args_2d(), weights, out_channels, group,
+                                im)
+
+    @staticmethod
+    def direct_weight_grad(geometry, im, mat, count, out_channels, group, weight_diff):
+        depthwise.weight_grad(im, mat, count, *geometry.args_2d(), out_channels, group,
+                              weight_diff)
+
     # --- bias ------------------------------------------------------------------------------
     @staticmethod
-    def add_bias(data, num, channels, bias):
-        data.reshape(num, channels, -1)[...] += bias.reshape(1, -1, 1)
+    def add_bias(data, num, channels, bias, relu_slope=None):
+        if relu_slope is None:
+            data.reshape(num, channels, -1)[...] += bias.reshape(1, -1, 1)
+        else:
+            layout.add_channel_bias_relu(data, num, channels, data.size // max(num * channels, 1),
+                                         bias, np.float32(relu_slope))
 
     @staticmethod
     def bias_grad(diff, num, channels, bias_diff):
@@ -156,8 +186,10 @@ class GpuConvBackend:
 
     def __init__(self):
         from pycaffe_cli.cuda import math, memory
+        from pycaffe_cli.layers.kernels.cuda import depthwise as device_depthwise
         from pycaffe_cli.layers.kernels.cuda import layout as device_layout
         self._math, self._memory, self._layout = math, memory, device_layout
+        self._depthwise = device_depthwise
         self._buffers = {}
 
     # --- blobs and buffers ---------------------------------------------------------------
@@ -207,7 +239,8 @@ class GpuConvBackend:
         assert sums is None, "the GPU backend does not fuse the bias sums"
         self._layout.images_to_channels(src, count, channels, size, dst)
 
-    def to_images(self, src, count, channels, size, dst, bias=None):
+    def to_images(self, src, count, channels, size, dst, bias=None, relu_slope=None):
+        _no_fused_relu(relu_slope)
         self._layout.channels_to_images(src, count, channels, size, dst, bias)
 
     # --- GEMMs -----------------------------------------------------------------------------
@@ -236,8 +269,22 @@ class GpuConvBackend:
             self._math.gemm(False, True, rows, depth, cols, 1.0, y[i * rows * cols:],
                             col[i * depth * cols:], 1.0, weight_diff[i * rows * depth:])
 
+    # --- direct (depthwise) passes ---------------------------------------------------------
+    def direct_forward(self, geometry, im, count, weights, out_channels, group, bias, mat):
+        self._depthwise.forward(im, count, *geometry.args_2d(), weights, out_channels, group,
+                                bias, mat)
+
+    def direct_backward_data(self, geometry, mat, count, weights, out_channels, group, im):
+        self._depthwise.backward_data(mat, count, *geometry.args_2d(), weights, out_channels,
+                                      group, im)
+
+    def direct_weight_grad(self, geometry, im, mat, count, out_channels, group, weight_diff):
+        self._depthwise.weight_grad(im, mat, count, *geometry.args_2d(), out_channels, group,
+                                    weight_diff)
+
     # --- bias ------------------------------------------------------------------------------
-    def add_bias(self, data, num, channels, bias):
+    def add_bias(self, data, num, channels, bias, relu_slope=None):
+        _no_fused_relu(relu_slope)
         self._layout.add_channel_bias(data, num, channels, data.size // (num * channels), bias)
 
     def bias_grad(self, diff, num, channels, bias_diff):
@@ -248,3 +295,10 @@ class GpuConvBackend:
         sums = self._buffer("sums", rows)
         self._math.gemv(False, rows, positions, 1.0, diff, ones, 0.0, sums)
         self._math.gemv(True, num, channels, 1.0, sums, ones, 1.0, bias_diff)
+
+
+def _no_fused_relu(relu_slope):
+    """The device kernels add the bias without a ReLU: the inference plan fuses it on the CPU
+    only (on the GPU the ReLU stays its own kernel)."""
+    if relu_slope is not None:
+        raise NotImplementedError("the GPU convolution backend does not fuse a ReLU")

@@ -17,6 +17,7 @@ One plan for both modes: the GEMMs run on the mode's backend (base_convolution_b
 """
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_convolution import BaseConvolutionLayer
+from pycaffe_cli.layers.base_convolution_plan import Plan
 
 
 @register("Convolution", v1="CONVOLUTION")
@@ -38,8 +39,10 @@ class ConvolutionLayer(BaseConvolutionLayer):
         weights_down = self.param_propagate_down[0]
         for i, (y, x) in enumerate(zip(top, bottom)):
             # The GEMMs take the top diff as (C_out, count P): where a pass reorders it,
-            # block by block, the CPU backend also sums the bias gradient on the way.
-            reorder = weights_down or (propagate_down[i] and not self.is_1x1)
+            # block by block, the CPU backend also sums the bias gradient on the way. The
+            # DIRECT plan reads the blob layout.
+            reorder = self.plan is Plan.GEMM and (
+                weights_down or (propagate_down[i] and not self.is_1x1))
             sums = self.bias_sums(be) if reorder else None
             dy = be.read_diff(y)
             if sums is None:

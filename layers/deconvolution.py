@@ -31,7 +31,8 @@ class DeconvolutionLayer(BaseConvolutionLayer):
                 self.backward_gemm(be, self.mat_block(x_data, first, count),
                                    self.im_block(y_data, first, count), count)
             if self.bias_term:
-                be.add_bias(y_data, self.num, self.num_output, be.read_data(self.blobs[1]))
+                be.add_bias(y_data, self.num, self.num_output, be.read_data(self.blobs[1]),
+                            self.fused_relu_slope)
 
     def backward_with(self, be, top, propagate_down, bottom):
         weights_down = self.param_propagate_down[0]

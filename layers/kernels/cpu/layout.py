@@ -5,7 +5,8 @@ side by side -- while blobs hold (N, C, P); backward needs the reverse for the t
 kernels move whole rows of P contiguous elements, a ``prange`` over rows, and fold in what a
 separate numpy pass would otherwise do on the same data:
 
-* ``channels_to_images_bias``: the bias add of the forward pass, ``y + b[c]`` in float32;
+* ``channels_to_images_bias``: the bias add of the forward pass, ``y + b[c]`` in float32
+  (``channels_to_images_bias_relu``: and a ReLU on the result, for the inference plan);
 * ``images_to_channels_sum``: the bias gradient of the backward pass. Each channel's sum
   runs image after image, each image's row by numpy's float32 pairwise summation, so it is
   bitwise the ``diff.sum(axis=(0, 2))`` numpy computes for a contiguous (N, C, P) array.
@@ -39,6 +40,37 @@ def channels_to_images_bias(src, num, channels, size, bias, dst):
         b = bias[c]
         for i in range(size):
             dst[uintp(start + i)] = src[uintp(first + i)] + b
+
+
+@njit(cache=True, inline="always")
+def rectify(value, slope):
+    """ReLU with negative slope ``slope`` (float32), as layers/relu.py computes it, to the bit:
+    0 for value <= 0 without a slope (NaN stays NaN), else value * slope below zero."""
+    if slope == 0:
+        return float32(0) if value <= 0 else value
+    return value if value > 0 else value * slope
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def channels_to_images_bias_relu(src, num, channels, size, bias, slope, dst):
+    """dst (num, channels, size) = ReLU(src (channels, num, size) + bias[channel])."""
+    for row in prange(num * channels):
+        c = row % channels
+        first = (c * num + row // channels) * size
+        start = row * size
+        b = bias[c]
+        for i in range(size):
+            dst[uintp(start + i)] = rectify(src[uintp(first + i)] + b, slope)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def add_channel_bias_relu(data, num, channels, size, bias, slope):
+    """data (num, channels, size) = ReLU(data + bias[channel]), in place."""
+    for row in prange(num * channels):
+        start = row * size
+        b = bias[row % channels]
+        for i in range(size):
+            data[uintp(start + i)] = rectify(data[uintp(start + i)] + b, slope)
 
 
 @njit(cache=True, nogil=True)

@@ -1,0 +1,267 @@
+"""Direct (im2col-free) grouped convolution, for groups whose GEMMs are tiny (CPU, numba).
+
+Depthwise convolution (MobileNet's 3x3 layers: one input and one output channel per group)
+run as im2col + one GEMM per group spends its time unfolding the image and in GEMMs of one
+row. These kernels sum the windows directly. With G groups, C channels on the input side (the
+side im2col unfolds) and M on the output side, g = m // (M / G)::
+
+    im       (num, C, height, width)         weights (M, C / G, kernel_h, kernel_w)
+    out      (num, M, out_h, out_w)
+    out[n, m, oh, ow] = sum over c < C / G, ki, kj of  weights[m, c, ki, kj]
+        * im[n, g C / G + c, oh stride_h - pad_h + ki dilation_h,
+                             ow stride_w - pad_w + kj dilation_w]      (+ bias[m])
+
+with ``im`` 0 outside the image.
+
+Every tap becomes ONE contiguous loop over a whole plane. A job copies its input planes,
+zero-padded, into "phase planes": for strides (s_h, s_w) the padded plane splits into s_h s_w
+planes of qh x qw (qh = ceil(padded height / s_h)), phase (r_h, r_w) holding the padded pixels
+(i s_h + r_h, j s_w + r_w). Output (oh, ow) then reads, for tap (ki, kj), element
+(oh + ki d_h // s_h, ow + kj d_w // s_w) of phase (ki d_h % s_h, kj d_w % s_w): at flat
+position ``j = oh qw + ow`` of an output grid qw wide, tap t reads ``phases[base[t] + j]``. The
+grid's columns out_w..qw-1 are scratch (computed, never stored; zero where they are read).
+Over the L = (out_h - 1) qw + out_w grid positions:
+
+* ``forward``: one job per (image, group): Y[j] = sum over (c, tap) of weights[m, c, tap]
+  phases_c[base[tap] + j], taps three to a pass, then out = Y's columns (+ bias). Per element
+  the terms come in (c, ki, kj) order, the padding's as w * 0: the GEMM path's terms in its
+  order, and its "sum, then bias".
+* ``backward_data``: the adjoint, one job per (image, group): d phases_c[base[t] + j] +=
+  weights[m, c, t] D_m[j] for each output m and tap t in turn (D_m: the output gradient on the
+  grid, scratch columns 0), then im = the image pixels of d phases. A job owns its planes, so
+  no two threads write one element.
+* ``weight_grad``: one job per group: for each image, dW[m, c, t] += the dot product of D_m
+  with phases_c[base[t]:], float32 dot products (``reassoc`` lets LLVM split them over SIMD
+  lanes) added into float64 totals, then ``weight_diff += total`` (the GEMM path's dW += grad).
+
+Jobs run in a few ``prange`` parts per thread, each part allocating its buffers once; LLVM
+knows such buffers alias nothing, so the loops vectorise without runtime overlap checks. The
+grid is swept in chunks of ``CHUNK`` positions, all taps per chunk, to stay in L1. Arrays are
+flat (1-d) C-contiguous float32; indices are cast to ``uintp`` (numba cannot prove a signed
+index non-negative; see kernels/cpu/im2col.py). The CUDA twins in kernels/cuda/depthwise.py
+have the same names and signatures.
+"""
+import numpy as np
+from numba import float32, get_num_threads, njit, prange, uintp
+
+from pycaffe_cli.layers.kernels.geometry import conv_out_size
+
+CHUNK = 2048  # grid positions per pass: a chunk of the grid stays in L1 while the taps run
+
+
+@njit(cache=True, nogil=True)
+def _layout(height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w, dilation_h,
+            dilation_w):
+    """(out_h, out_w, qh, qw, L, base): the phase planes' extents, the grid length and each
+    tap's offset in a channel's phase planes (see the module doc)."""
+    out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
+    out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
+    qh = (height + 2 * pad_h + stride_h - 1) // stride_h
+    qw = (width + 2 * pad_w + stride_w - 1) // stride_w
+    base = np.empty(kernel_h * kernel_w, np.int64)
+    for ki in range(kernel_h):
+        for kj in range(kernel_w):
+            rh, a = (ki * dilation_h) % stride_h, (ki * dilation_h) // stride_h
+            rw, b = (kj * dilation_w) % stride_w, (kj * dilation_w) // stride_w
+            base[ki * kernel_w + kj] = ((rh * stride_w + rw) * qh + a) * qw + b
+    return out_h, out_w, qh, qw, (out_h - 1) * qw + out_w, base
+
+
+@njit(cache=True, inline="always")
+def _phase_rows(phases, p0, image, i0, height, width, pad_h, pad_w, stride_h, stride_w, qh,
+                qw, to_phases):
+    """Copy an image plane (at image[i0:]) into its phase planes (at phases[p0:]), or back
+    out of them (``to_phases`` false). The padding is left as it is."""
+    for h in range(height):
+        hp = h + pad_h
+        row = p0 + ((hp % stride_h) * stride_w * qh + hp // stride_h) * qw
+        for rw in range(stride_w):
+            w0 = (rw - pad_w) % stride_w  # the first column of phase rw
+            dst = row + rw * qh * qw + (w0 + pad_w) // stride_w
+            src = i0 + h * width + w0
+            count = (width - w0 + stride_w - 1) // stride_w
+            if to_phases:
+                for k in range(count):
+                    phases[uintp(dst + k)] = image[uintp(src + k * stride_w)]
+            else:
+                for k in range(count):
+                    image[uintp(src + k * stride_w)] = phases[uintp(dst + k)]
+
+
+@njit(cache=True, inline="always")
+def _gather_taps(y, start, stop, weights, first, x, x0, base, taps):
+    """y[j] += weights[first + t] x[x0 + base[t] + j] for each tap t in turn, j in [start,
+    stop); three taps to a pass over y."""
+    t = 0
+    while t + 3 <= taps:
+        w0, w1, w2 = weights[first + t], weights[first + t + 1], weights[first + t + 2]
+        b0, b1, b2 = x0 + base[t], x0 + base[t + 1], x0 + base[t + 2]
+        for j in range(start, stop):
+            v = y[uintp(j)]
+            v += w0 * x[uintp(b0 + j)]
+            v += w1 * x[uintp(b1 + j)]
+            v += w2 * x[uintp(b2 + j)]
+            y[uintp(j)] = v
+        t += 3
+    for t in range(t, taps):
+        w0, b0 = weights[first + t], x0 + base[t]
+        for j in range(start, stop):
+            y[uintp(j)] += w0 * x[uintp(b0 + j)]
+
+
+@njit(cache=True, inline="always")
+def _scatter_taps(x, x0, base, weights, first, taps, y, start, stop):
+    """x[x0 + base[t] + j] += weights[first + t] y[j] for each tap t in turn, j in [start,
+    stop): one pass per tap, which no two positions of write the same element."""
+    for t in range(taps):
+        w0, b0 = weights[first + t], x0 + base[t]
+        for j in range(start, stop):
+            x[uintp(b0 + j)] += w0 * y[uintp(j)]
+
+
+@njit(cache=True, inline="always")
+def _dot(y, y0, x, x0, start, stop):
+    """float32 sum of y[y0 + j] x[x0 + j] for j in [start, stop)."""
+    total = float32(0.0)
+    for j in range(start, stop):
+        total += y[uintp(y0 + j)] * x[uintp(x0 + j)]
+    return total
+
+
+@njit(cache=True, inline="always")
+def _from_grid(grid, qw, out, dst, out_h, out_w, bias):
+    """out[dst + oh out_w + ow] = grid[oh qw + ow] + bias (0 where there is none)."""
+    for oh in range(out_h):
+        for ow in range(out_w):
+            out[uintp(dst + oh * out_w + ow)] = grid[uintp(oh * qw + ow)] + bias
+
+
+@njit(cache=True, inline="always")
+def _to_grid(out, src, out_h, out_w, qw, grid, dst):
+    """grid[dst + oh qw + ow] = out[src + oh out_w + ow] (the scratch columns left as they
+    are)."""
+    for oh in range(out_h):
+        for ow in range(out_w):
+            grid[uintp(dst + oh * qw + ow)] = out[uintp(src + oh * out_w + ow)]
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                    stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
+                    bias, use_bias, out, parts):
+    out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
+                                               stride_h, stride_w, dilation_h, dilation_w)
+    per_in, per_out = channels // group, out_channels // group
+    block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
+    for part in prange(parts):
+        phases = np.zeros(per_in * block, np.float32)  # the padding stays 0
+        y = np.empty(size, np.float32)
+        for job in range(part * num * group // parts, (part + 1) * num * group // parts):
+            n, g = job // group, job % group
+            for c in range(per_in):
+                _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
+                            * width, height, width, pad_h, pad_w, stride_h, stride_w, qh, qw,
+                            True)
+            for m in range(g * per_out, (g + 1) * per_out):
+                for start in range(0, size, CHUNK):
+                    stop = min(start + CHUNK, size)
+                    y[start:stop] = 0
+                    for c in range(per_in):
+                        _gather_taps(y, start, stop, weights, (m * per_in + c) * taps, phases,
+                                     c * block, base, taps)
+                _from_grid(y, qw, out, (n * out_channels + m) * out_h * out_w, out_h, out_w,
+                           bias[m] if use_bias else float32(0.0))
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                          stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
+                          group, im, parts):
+    out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
+                                               stride_h, stride_w, dilation_h, dilation_w)
+    per_in, per_out = channels // group, out_channels // group
+    block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
+    for part in prange(parts):
+        phases = np.empty(per_in * block, np.float32)
+        grid = np.zeros(size, np.float32)  # the scratch columns stay 0
+        for job in range(part * num * group // parts, (part + 1) * num * group // parts):
+            n, g = job // group, job % group
+            phases[:] = 0
+            for m in range(g * per_out, (g + 1) * per_out):
+                _to_grid(out, (n * out_channels + m) * out_h * out_w, out_h, out_w, qw, grid, 0)
+                for start in range(0, size, CHUNK):
+                    for c in range(per_in):
+                        _scatter_taps(phases, c * block, base, weights,
+                                      (m * per_in + c) * taps, taps, grid, start,
+                                      min(start + CHUNK, size))
+            for c in range(per_in):
+                _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
+                            * width, height, width, pad_h, pad_w, stride_h, stride_w, qh, qw,
+                            False)
+
+
+@njit(cache=True, parallel=True, nogil=True, fastmath={"reassoc"})
+def _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h,
+                        pad_w, stride_h, stride_w, dilation_h, dilation_w, out_channels, group,
+                        weight_diff, parts):
+    out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
+                                               stride_h, stride_w, dilation_h, dilation_w)
+    per_in, per_out = channels // group, out_channels // group
+    block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
+    for part in prange(parts):
+        phases = np.zeros(per_in * block, np.float32)  # the padding stays 0
+        grids = np.zeros(per_out * size, np.float32)  # the scratch columns stay 0
+        totals = np.empty(per_out * per_in * taps, np.float64)
+        for g in range(part * group // parts, (part + 1) * group // parts):
+            totals[:] = 0
+            for n in range(num):
+                for c in range(per_in):
+                    _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
+                                * width, height, width, pad_h, pad_w, stride_h, stride_w, qh,
+                                qw, True)
+                for mo in range(per_out):
+                    _to_grid(out, (n * out_channels + g * per_out + mo) * out_h * out_w, out_h,
+                             out_w, qw, grids, mo * size)
+                for start in range(0, size, CHUNK):
+                    stop = min(start + CHUNK, size)
+                    for k in range(per_out * per_in * taps):  # filter (mo, c), tap t
+                        t, c = k % taps, (k // taps) % per_in
+                        totals[k] += _dot(grids, (k // (taps * per_in)) * size, phases,
+                                          c * block + base[t], start, stop)
+            first = g * per_out * per_in * taps
+            for k in range(per_out * per_in * taps):
+                weight_diff[first + k] += float32(totals[k])
+
+
+def _parts(jobs):
+    """How many ``prange`` parts to split ``jobs`` into: a few per thread, so that each part
+    allocates its buffers once, not once per job."""
+    return max(1, min(jobs, 4 * get_num_threads()))
+
+
+def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
+            stride_w, dilation_h, dilation_w, weights, out_channels, group, bias, out):
+    """out = the grouped convolution of ``num`` images ``im`` (+ ``bias``, or None); see the
+    module doc. ``out`` is overwritten."""
+    _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                    stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
+                    weights if bias is None else bias, bias is not None, out,
+                    _parts(num * group))
+
+
+def backward_data(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                  stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group, im):
+    """im = the adjoint of ``forward`` applied to ``out`` (the input-side gradient from the
+    output-side one); ``im`` is overwritten."""
+    _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                          stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
+                          group, im, _parts(num * group))
+
+
+def weight_grad(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                stride_h, stride_w, dilation_h, dilation_w, out_channels, group, weight_diff):
+    """weight_diff[m, c, ki, kj] += sum over n, oh, ow of out[n, m, oh, ow] times the input
+    element tap (ki, kj) of output (oh, ow) reads."""
+    _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h,
+                        pad_w, stride_h, stride_w, dilation_h, dilation_w, out_channels, group,
+                        weight_diff, _parts(group))

@@ -1,0 +1,187 @@
+"""The DIRECT (depthwise / small-group) plan of Convolution and Deconvolution: the same numbers
+as the GEMM plan, gradients, and which layers choose it."""
+import numpy as np
+import pytest
+
+from pycaffe_cli import backend
+from pycaffe_cli.layers.base_convolution_plan import DIRECT_MAX_IN, DIRECT_MAX_OUT, Plan, \
+    choose_plan
+from pycaffe_cli.testing import check_gradient
+from tests.gpu_helpers import assert_tops_on_device, engine_cases
+from tests.layer_helpers import set_up
+from tests.layers.conv_reference import convolve
+
+
+def layer_text(kind, params):
+    return (f'name: "dw" type: "{kind}" convolution_param {{ '
+            f'weight_filler {{ type: "gaussian" std: 1 }} '
+            f'bias_filler {{ type: "uniform" min: -1 max: 1 }} {params} }}')
+
+
+CONV, DECONV = "Convolution", "Deconvolution"
+CASES = [  # layer type, bottom shape, convolution_param
+    (CONV, (2, 6, 9, 8), "num_output: 6 group: 6 kernel_size: 3 pad: 1"),
+    (CONV, (2, 6, 9, 8), "num_output: 6 group: 6 kernel_size: 3 pad: 1 stride: 2"),
+    (CONV, (1, 4, 10, 11), "num_output: 4 group: 4 kernel_size: 3 pad: 2 dilation: 2"),
+    (CONV, (3, 4, 9, 10), "num_output: 4 group: 4 kernel_h: 3 kernel_w: 5 pad_h: 1 pad_w: 2 "
+                          "stride_h: 2 stride_w: 3"),
+    (CONV, (2, 3, 8, 8), "num_output: 3 group: 3 kernel_size: 5 stride: 3 bias_term: false"),
+    (CONV, (2, 3, 7, 9), "num_output: 6 group: 3 kernel_size: 3 pad: 1"),  # multiplier 2
+    (CONV, (2, 2, 7, 7), "num_output: 8 group: 2 kernel_size: 3 stride: 2 pad: 1 "
+                         "dilation: 2"),  # multiplier 4
+    (CONV, (2, 8, 6, 7), "num_output: 8 group: 2 kernel_size: 3 pad: 1"),  # groups of 4 x 4
+    (CONV, (2, 8, 6, 7), "num_output: 4 group: 4 kernel_h: 2 kernel_w: 3 stride_w: 2 "
+                         "bias_term: false"),  # 2 inputs to 1 output per group
+    (CONV, (2, 5, 6, 6), "num_output: 5 group: 5 kernel_size: 1"),
+    (CONV, (2, 4, 5, 5), "num_output: 4 group: 4 kernel_size: 1 pad: 1 stride: 2"),
+    (CONV, (1, 4, 4, 4), "num_output: 4 group: 4 kernel_size: 3 pad: 3"),  # pad > window
+    (CONV, (2, 4, 7, 7), "num_output: 4 group: 4 kernel_size: 2 stride: 4 pad: 1"),  # gaps
+    (CONV, (5, 3, 6, 5), "num_output: 3 group: 3 kernel_size: 3 pad: 1 dilation: 2 "
+                         "stride: 2"),
+    (CONV, (2, 3, 4, 5, 6), "num_output: 4 group: 4 kernel_size: 3 pad: 1 axis: 2"),
+    (DECONV, (2, 4, 5, 6), "num_output: 4 group: 4 kernel_size: 3 pad: 1 stride: 2"),
+    (DECONV, (2, 4, 4, 5), "num_output: 8 group: 4 kernel_h: 4 kernel_w: 3 stride: 2 "
+                           "pad: 1"),
+    (DECONV, (2, 6, 4, 4), "num_output: 3 group: 3 kernel_size: 3 dilation: 2 "
+                           "bias_term: false"),
+]
+GPU_CASES = [CASES[1], CASES[3], CASES[6], CASES[8], CASES[15]]
+CASE_IDS = [f"{kind[:6]}-{'x'.join(map(str, shape))}-{i}"
+            for i, (kind, shape, _) in enumerate(CASES)]
+
+
+def set_up_case(kind, shape, params, seed=0):
+    backend.set_random_seed(seed)
+    x = np.random.default_rng(seed + 1).normal(size=shape)
+    return set_up(layer_text(kind, params), [x])
+
+
+def run_plan(layer, bottom, top, plan, dy):
+    """Forward and backward with ``plan`` forced; (top, bottom diff, param diffs)."""
+    layer.force_plan = plan
+    layer.forward(bottom, top)
+    assert layer.plan is plan
+    assert_tops_on_device(layer, top)
+    y = top[0].cpu_data.copy()
+    top[0].diff[...] = dy
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    layer.backward(top, [True], bottom)
+    return [y, bottom[0].cpu_diff.copy()] + [blob.cpu_diff.copy() for blob in layer.blobs]
+
+
+def assert_close(got, want, what):
+    """Within 1e-5 of the largest magnitude (at least 1): float32 sums in another order."""
+    scale = max(float(np.abs(want).max(initial=0.0)), 1.0)
+    assert np.abs(got - want).max(initial=0.0) <= 1e-5 * scale, what
+
+
+@pytest.mark.parametrize("engine, case", engine_cases(CASES, GPU_CASES), indirect=["engine"])
+def test_direct_plan_equals_gemm_plan(engine, case):
+    layer, bottom, top = set_up_case(*case)
+    dy = np.random.default_rng(7).normal(size=top[0].shape)
+    gemm = run_plan(layer, bottom, top, Plan.GEMM, dy)
+    direct = run_plan(layer, bottom, top, Plan.DIRECT, dy)
+    for what, got, want in zip(["top", "bottom diff", "weight diff", "bias diff"], direct,
+                               gemm):
+        assert_close(got, want, what)
+
+
+@pytest.mark.parametrize("engine, case", engine_cases(CASES[:9] + CASES[13:], GPU_CASES[:3]),
+                         indirect=["engine"])
+def test_direct_plan_gradients(engine, case):
+    layer, bottom, top = set_up_case(*case, seed=3)
+    assert layer.plan is Plan.DIRECT
+    check_gradient(layer, bottom, top)
+
+
+def test_forward_against_naive_window_sums():
+    layer, bottom, top = set_up_case(CONV, (2, 3, 8, 7), "num_output: 6 group: 3 kernel_h: 3 "
+                                     "kernel_w: 2 pad: 1 stride: 2 dilation: 2")
+    assert layer.plan is Plan.DIRECT
+    layer.forward(bottom, top)
+    expected = convolve(bottom[0].data, layer.blobs[0].data, layer.blobs[1].data, (1, 1),
+                        (2, 2), (2, 2), 3)
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params, shape, plan", [
+    ("num_output: 32 group: 32 kernel_size: 3 pad: 1", (1, 32, 8, 8), Plan.DIRECT),
+    ("num_output: 64 group: 32 kernel_size: 3 pad: 1 stride: 2", (1, 32, 8, 8), Plan.DIRECT),
+    ("num_output: 16 group: 16 kernel_size: 1", (1, 16, 4, 4), Plan.DIRECT),
+    ("num_output: 8 group: 1 kernel_size: 3", (1, 1, 6, 6), Plan.GEMM),  # one group
+    ("num_output: 32 group: 2 kernel_size: 3", (1, 32, 6, 6), Plan.GEMM),  # 16 outputs a group
+    ("num_output: 8 group: 4 kernel_size: 3 force_nd_im2col: true", (1, 8, 6, 6), Plan.GEMM),
+    ("num_output: 4 group: 4 kernel_size: 3", (1, 4, 4, 4, 4), Plan.GEMM),  # 3-d window
+])
+def test_the_plan_is_chosen_per_layer(params, shape, plan):
+    layer, _, _ = set_up(layer_text(CONV, params), [np.ones(shape)])
+    assert layer.plan is plan
+
+
+def test_depthwise_deconvolution_runs_direct():
+    layer, _, _ = set_up_case(DECONV, (1, 8, 4, 4), "num_output: 8 group: 8 kernel_size: 4 "
+                              "stride: 2 pad: 1")
+    assert layer.plan is Plan.DIRECT
+
+
+def test_choose_plan_bounds():
+    assert choose_plan(True, 4, DIRECT_MAX_IN, DIRECT_MAX_OUT) is Plan.DIRECT
+    assert choose_plan(True, 4, DIRECT_MAX_IN + 1, 1) is Plan.GEMM
+    assert choose_plan(True, 4, 1, DIRECT_MAX_OUT + 1) is Plan.GEMM
+    assert choose_plan(True, 1, 1, 1) is Plan.GEMM
+    assert choose_plan(False, 4, 1, 1) is Plan.GEMM
+
+
+def test_forcing_direct_on_nd_windows_keeps_gemm():
+    layer, bottom, top = set_up_case(CONV, (1, 4, 4, 4, 4), "num_output: 4 group: 4 "
+                                     "kernel_size: 3")
+    layer.force_plan = Plan.DIRECT
+    layer.forward(bottom, top)
+    assert layer.plan is Plan.GEMM
+
+
+def test_forcing_the_plan_back_and_forth_reshapes(monkeypatch):
+    import pycaffe_cli.layers.base_convolution as base
+    monkeypatch.setattr(base, "COL_BUFFER_LIMIT", 4 * 9 * 9)  # one image per GEMM block
+    layer, bottom, top = set_up_case(CONV, (3, 4, 5, 5), "num_output: 4 group: 4 "
+                                     "kernel_size: 3 pad: 1")
+    assert layer.blocks() == [(0, 3)]  # the DIRECT plan takes the batch in one block
+    layer.force_plan = Plan.GEMM
+    layer.forward(bottom, top)
+    assert layer.blocks() == [(0, 1), (1, 1), (2, 1)]
+    gemm = top[0].data.copy()
+    layer.force_plan = None
+    layer.forward(bottom, top)
+    assert layer.plan is Plan.DIRECT
+    assert_close(top[0].data, gemm, "top")
+
+
+def test_direct_param_gradients_accumulate_and_frozen_ones_are_skipped():
+    layer, bottom, top = set_up_case(CONV, (2, 3, 4, 4), "num_output: 3 group: 3 "
+                                     "kernel_size: 3")
+    layer.forward(bottom, top)
+    top[0].diff[...] = 1
+    layer.backward(top, [False], bottom)
+    once = [b.diff.copy() for b in layer.blobs]
+    np.testing.assert_allclose(once[1], [8, 8, 8])  # 2 images x 2 x 2 outputs
+    layer.backward(top, [False], bottom)
+    for blob, first in zip(layer.blobs, once):
+        np.testing.assert_allclose(blob.diff, 2 * first, rtol=1e-6)
+    np.testing.assert_array_equal(bottom[0].diff, 0)
+    layer.param_propagate_down = [False, False]
+    layer.backward(top, [True], bottom)
+    np.testing.assert_allclose(layer.blobs[0].diff, 2 * once[0], rtol=1e-6)
+    assert np.abs(bottom[0].diff).sum() > 0
+
+
+@pytest.mark.parametrize("case", GPU_CASES[:2])
+def test_cpu_and_gpu_direct_plans_agree(case):
+    from tests.gpu_helpers import compare_layer_modes
+    kind, shape, params = case
+    x = np.random.default_rng(1).normal(size=shape)
+    backend.set_random_seed(0)
+    out = compare_layer_modes(layer_text(kind, params), [x])[0]
+    dy = np.random.default_rng(2).normal(size=out[0].shape)
+    backend.set_random_seed(0)
+    compare_layer_modes(layer_text(kind, params), [x], top_diffs=[dy], rtol=1e-5, atol=1e-5)
