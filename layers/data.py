@@ -7,9 +7,12 @@ preprocessing (pycaffe_cli/data/transformer.py) and copies the labels:
     top[0][i] = transform(record[pos + i]),   top[1][i] = record[pos + i].label
 
 When the records run out the cursor goes back to the first one and Caffe's "Restarting data
-prefetching from start." is logged. A background thread prepares ``data_param.prefetch``
-batches ahead. As in Caffe, a batch takes its shape from its first record, so later records
-must match it (images of different sizes batch together only with ``crop_size``).
+prefetching from start." is logged. In data-parallel training (N ranks) a TRAIN-phase layer on
+rank r takes the records r, r + N, r + 2N, ... of that endless sequence (Caffe's
+DataLayer::Skip); a TEST-phase layer takes them all (only rank 0 tests). A background thread
+prepares ``data_param.prefetch`` batches ahead. As in Caffe, a batch takes its shape from its
+first record, so later records must match it (images of different sizes batch together only
+with ``crop_size``).
 """
 import os
 import threading
@@ -17,6 +20,7 @@ import weakref
 
 import numpy as np
 
+from pycaffe_cli.backend import solver_setting
 from pycaffe_cli.data.db import open_db
 from pycaffe_cli.data.prefetch import Batch
 from pycaffe_cli.data.transformer import DataTransformer, parse_datum, stage_images
@@ -63,6 +67,8 @@ class DataLayer(BasePrefetchingDataLayer):
         rng = self.seeded_generator() if transformer.needs_rand else None
         reader = DatumReader(self.name, param.source, db, transformer, batch_size, rng,
                              self.output_labels)
+        if self.phase == caffe_pb2.TRAIN:
+            reader.shard(solver_setting("solver_count"), solver_setting("solver_rank"))
         skip = self.random_skip(param.rand_skip)
         if skip:
             LOG.info("Skipping first %d data points.", skip)
@@ -101,6 +107,7 @@ class DatumReader:
         self._rng = rng
         self._output_labels = output_labels
         self._stage = None
+        self._offset, self._count, self._rank = 0, 1, 0
         if not self._cursor.valid():
             raise layer_error(layer_name, f"database {source!r} is empty")
 
@@ -115,11 +122,21 @@ class DatumReader:
         except CaffeError as error:
             raise self._record_error(error) from None
 
+    def shard(self, count, rank):
+        """Read only the records ``rank``, ``rank + count``, ... (``count`` ranks)."""
+        self._count, self._rank = count, rank
+
     def advance(self):
         self._cursor.next()
         if not self._cursor.valid():
             LOG.info("Restarting data prefetching from start.")
             self._cursor.seek_to_first()
+        self._offset += 1
+
+    def _skip_other_ranks(self):
+        """Caffe's ``while (Skip()) Next();``: pass the records of the other ranks."""
+        while self._offset % self._count != self._rank:
+            self.advance()
 
     def skip(self, count):
         for _ in range(count):
@@ -130,6 +147,7 @@ class DatumReader:
         labels = np.empty(self._batch_size, np.float32)
         to_array = self._transformer.datum_to_array
         for index in range(self._batch_size):
+            self._skip_other_ranks()
             datum = self.read_datum()
             try:
                 images.append(to_array(datum))
@@ -150,12 +168,16 @@ class DatumReader:
         return Batch(data, labels if self._output_labels else None, self.position())
 
     def position(self):
-        return {"key": self._cursor.key().hex(), "rng": generator_state(self._rng)}
+        position = {"key": self._cursor.key().hex(), "rng": generator_state(self._rng)}
+        if self._count > 1:
+            position["offset"] = self._offset % self._count
+        return position
 
     def restore(self, position):
         try:
             key = bytes.fromhex(position["key"])
             rng_state = position.get("rng")
+            offset = int(position.get("offset", 0))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise layer_error(self.layer_name, f"saved data position {position!r} is not a "
                                                "Data layer position") from None
@@ -163,3 +185,4 @@ class DatumReader:
             raise layer_error(self.layer_name, f"saved data position: database "
                                                f"{self.source!r} has no record {key!r}")
         restore_generator(self._rng, rng_state)
+        self._offset = offset

@@ -9,6 +9,10 @@ the current one runs out; after the last file the list starts again.
 With ``shuffle``, Caffe's order of draws is kept: the file order is shuffled at set-up and each
 time the list wraps around; the row order is shuffled when a file is loaded and again each
 time its last row has been served (so a single file is re-shuffled every pass).
+
+In data-parallel training (N ranks) a TRAIN-phase layer on rank r serves the rows r, r + N,
+r + 2N, ... of that endless sequence (Caffe's HDF5DataLayer::Skip); each rank shuffles with its
+own random stream, as in Caffe, so with ``shuffle`` the ranks' rows are not a partition.
 """
 import errno
 import os
@@ -21,6 +25,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import file_problem, read_input_text, shown
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.log import LOG
+from pycaffe_cli.proto import caffe_pb2
 
 
 @register("HDF5Data", v1="HDF5_DATA")
@@ -43,6 +48,10 @@ class HDF5DataLayer(Layer):
                              f"(got {param.batch_size})")
         self._batch_size = param.batch_size
         self._shuffle = param.shuffle
+        self._offset, self._ranks, self._rank = 0, 1, 0   # Caffe's offset_, solver count/rank
+        if self.phase == caffe_pb2.TRAIN:
+            self._ranks = backend.solver_setting("solver_count")
+            self._rank = backend.solver_setting("solver_rank")
         self._files = self._read_source(param.source)
         self._file_permutation = np.arange(len(self._files))
         if self._shuffle:
@@ -130,6 +139,9 @@ class HDF5DataLayer(Layer):
             blob.reshape(shape)
 
     def forward_cpu(self, bottom, top):
+        if self._ranks > 1:
+            self._forward_rows_of_this_rank(top)
+            return
         filled = 0
         while filled < self._batch_size:
             rows = self._arrays[0].shape[0]
@@ -141,6 +153,22 @@ class HDF5DataLayer(Layer):
             self._current_row += take
             if self._current_row == rows:
                 self._next_file()
+
+    def _forward_rows_of_this_rank(self, top):
+        """Caffe's row loop: ``while (Skip()) Next();`` copy the row; ``Next()``."""
+        for i in range(self._batch_size):
+            while self._offset % self._ranks != self._rank:
+                self._next_row()
+            row = self._data_permutation[self._current_row]
+            for blob, array in zip(top, self._arrays):
+                blob.data[i] = array[row]
+            self._next_row()
+
+    def _next_row(self):
+        self._current_row += 1
+        if self._current_row == self._arrays[0].shape[0]:
+            self._next_file()
+        self._offset += 1
 
     def _next_file(self):
         """The current file is used up: move on (Caffe's Next at the last row)."""
@@ -157,9 +185,12 @@ class HDF5DataLayer(Layer):
 
     # --- resumable state -------------------------------------------------------------
     def get_state(self):
-        return {"file": self._current_file, "row": self._current_row,
-                "file_permutation": self._file_permutation.tolist(),
-                "data_permutation": self._data_permutation.tolist()}
+        state = {"file": self._current_file, "row": self._current_row,
+                 "file_permutation": self._file_permutation.tolist(),
+                 "data_permutation": self._data_permutation.tolist()}
+        if self._ranks > 1:
+            state["offset"] = self._offset % self._ranks
+        return state
 
     def set_state(self, state):
         file_permutation = np.asarray(state["file_permutation"], dtype=np.int64)
@@ -176,3 +207,4 @@ class HDF5DataLayer(Layer):
                              f"{self._files[self._file_permutation[self._current_file]]!r}")
         self._data_permutation = data_permutation
         self._current_row = int(state["row"])
+        self._offset = int(state.get("offset", 0))

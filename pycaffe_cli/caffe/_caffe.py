@@ -128,7 +128,8 @@ class Timer:
 
 class NCCL:
     """BVLC's NCCL handle as in a Caffe built without NCCL: constructing one does nothing and
-    ``has_nccl()`` says False. Data-parallel training is not in pycaffe yet."""
+    ``has_nccl()`` says False. Data-parallel training is ``pycaffe train``'s (under mpiexec,
+    or with --gpu 0,1: pycaffe_cli/parallel)."""
 
     def __init__(self, solver, uid):
         self.solver = solver

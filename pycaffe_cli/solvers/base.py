@@ -48,6 +48,8 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         history: the update rule's history Blobs (``history_per_param`` per learnable param,
             grouped as Caffe orders them in the solverstate).
         callbacks: objects with on_start() and on_gradients_ready() (Caffe's callbacks).
+        coordinator: None, or in data-parallel training what makes the ranks agree on
+            stops and snapshots (pycaffe_cli/parallel/coordinator.py).
         action_callback, requested_early_exit: signal polling and its outcome.
         smoothed_loss, mean_scores: the last smoothed train loss and test scores.
     """
@@ -61,16 +63,20 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         LOG.info("Initializing solver from parameters: \n" + solver_text(self.param))
         self.action_callback = action_callback
         self.callbacks = []
+        self.coordinator = None
         self.requested_early_exit = False
+        root = backend.solver_setting("solver_rank") == 0   # Caffe::root_solver()
         try:
             self._check_param()
         except CaffeError as error:
             raise CaffeError(f"{solver_path}: {error}" if solver_path else str(error)) from None
-        state_io.check_snapshot_write_permissions(self.param)
-        if self.param.random_seed >= 0:
-            backend.set_random_seed(self.param.random_seed)
+        if root:
+            state_io.check_snapshot_write_permissions(self.param)
+        if self.param.random_seed >= 0:   # each rank its own stream, as Caffe
+            backend.set_random_seed(self.param.random_seed
+                                    + backend.solver_setting("solver_rank"))
         self.net = build_train_net(self.param)
-        self.test_nets = build_test_nets(self.param)
+        self.test_nets = build_test_nets(self.param) if root else []   # rank 0 tests
         self.mean_scores = [[] for _ in self.test_nets]
         LOG.info("Solver scaffolding done.")
         self.iter = 0

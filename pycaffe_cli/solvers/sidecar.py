@@ -49,13 +49,15 @@ def _file_sha256(path):
 
 
 # --- writing -----------------------------------------------------------------------------
-def write_resume_sidecar(state_path, net, test_nets, state_sha256=None):
+def write_resume_sidecar(state_path, net, test_nets, state_sha256=None, other_ranks=None):
     """Write ``<state_path>.pycaffe.json`` atomically; return its path.
 
     Args:
         state_path: the state file the sidecar belongs to.
         net, test_nets: the nets whose layers' ``get_state()`` are saved.
         state_sha256: the SHA-256 (hex) of the state file's bytes, checked on resume.
+        other_ranks: in data-parallel training (written by rank 0), ranks 1..N-1's
+            ``rank_state`` dicts, saved as "ranks" beside "solver_count": N.
     """
     payload = {"format": SIDECAR_FORMAT,
                "rng": backend.rng().bit_generator.state,
@@ -63,10 +65,18 @@ def write_resume_sidecar(state_path, net, test_nets, state_sha256=None):
                "test": [_layer_states(test_net) for test_net in test_nets]}
     if state_sha256 is not None:
         payload["state_sha256"] = state_sha256
+    if other_ranks:
+        payload["solver_count"] = len(other_ranks) + 1
+        payload["ranks"] = list(other_ranks)
     path = state_path + SIDECAR_SUFFIX
     with atomic_write(path, "w") as stream:
         json.dump(payload, stream)
     return path
+
+
+def rank_state(net):
+    """This process's random generator and train-net layer states (one rank's entry)."""
+    return {"rng": backend.rng().bit_generator.state, "train": _layer_states(net)}
 
 
 def _layer_states(net):
@@ -99,6 +109,9 @@ def read_resume_sidecar(state_path, net, test_nets):
         LOG.warning(f"{sidecar} was written for another {os.path.basename(state_path)} (a run "
                     f"stopped while replacing it?) and is ignored: {_NOT_EXACT}")
         return False
+    payload = _this_ranks_part(payload, sidecar)
+    if payload is None:
+        return False
     saved_tests = payload["test"]
     if len(saved_tests) != len(test_nets):
         LOG.warning(f"{sidecar}: saved with {len(saved_tests)} test net(s), this solver has "
@@ -107,6 +120,21 @@ def read_resume_sidecar(state_path, net, test_nets):
     _restore(payload, net, test_nets, sidecar)
     LOG.info(f"Restored random generator and data layer states from {sidecar}")
     return True
+
+
+def _this_ranks_part(payload, sidecar):
+    """The payload with this rank's rng and train states (data-parallel training saves one
+    entry per rank); None, with a WARNING, when the run has another number of ranks."""
+    saved = payload.get("solver_count", 1)
+    count = backend.solver_setting("solver_count")
+    if saved != count:
+        LOG.warning(f"{sidecar} was saved by a run on {saved} process(es) and this one has "
+                    f"{count}: {_NOT_EXACT}")
+        return None
+    rank = backend.solver_setting("solver_rank")
+    if rank == 0:
+        return payload
+    return {**payload, **payload["ranks"][rank - 1], "test": []}
 
 
 def load_sidecar(sidecar):
@@ -145,10 +173,30 @@ def check_sidecar(payload, sidecar):
         raise field_error(sidecar, "test", f"must be an array, found {_json_type(tests)}")
     for i, states in enumerate(tests):
         _check_layer_states(states, sidecar, f"test[{i}]")
+    _check_ranks(payload, sidecar)
     digest = payload.get("state_sha256", "0" * 64)
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
         raise field_error(sidecar, "state_sha256", f"must be 64 lowercase hex digits, found "
                                                    f"{_json_type(digest)} {digest!r:.80}")
+
+
+def _check_ranks(payload, sidecar):
+    """"solver_count" and "ranks" (data-parallel runs): N and N - 1 rank entries."""
+    count = payload.get("solver_count", 1)
+    if type(count) is not int or count < 1:
+        raise field_error(sidecar, "solver_count", f"must be a positive integer, found "
+                                                   f"{count!r:.80}")
+    ranks = payload.get("ranks", [])
+    if not isinstance(ranks, list) or len(ranks) != count - 1:
+        raise field_error(sidecar, "ranks", f"must be an array of {count - 1} rank state(s) "
+                                            f"(solver_count is {count})")
+    template = backend.rng().bit_generator.state
+    for i, entry in enumerate(ranks, start=1):
+        if not isinstance(entry, dict) or "rng" not in entry or "train" not in entry:
+            raise field_error(sidecar, f"ranks[{i - 1}]", "must be an object with rng and "
+                                                          "train")
+        check_generator_state(entry["rng"], template, sidecar, f"ranks[{i - 1}].rng")
+        _check_layer_states(entry["train"], sidecar, f"ranks[{i - 1}].train")
 
 
 def check_generator_state(value, template, sidecar, field):

@@ -18,7 +18,11 @@ class SnapshotMixin:
         return state_io.snapshot_filename(self.param.snapshot_prefix, self.iter, extension)
 
     def snapshot(self):
-        """Write the weights, the exact-resume sidecar and the solver state, in that order."""
+        """Write the weights, the exact-resume sidecar and the solver state, in that order.
+        In data-parallel training every rank calls this and rank 0 writes (the coordinator,
+        pycaffe_cli/parallel/coordinator.py, gathers the other ranks' states first)."""
+        if self.coordinator is not None:
+            return self.coordinator.snapshot(self)
         return state_io.write_snapshot(self.param, self.iter, self.net, self.test_nets,
                                        self.current_step, self.history)
 

@@ -88,8 +88,9 @@ def write_model(net, param, iteration):
     return path
 
 
-def write_snapshot(param, iteration, net, test_nets, current_step, history):
+def write_snapshot(param, iteration, net, test_nets, current_step, history, other_ranks=None):
     """Write one snapshot as a unit: the weights, the resume sidecar, then the solver state.
+    ``other_ranks``: data-parallel training's ranks 1..N-1 states for the sidecar.
 
     The state file is renamed into place last, so a run killed at any moment leaves every
     state file beside its weights and its sidecar. On failure the new sidecar is removed;
@@ -106,7 +107,8 @@ def write_snapshot(param, iteration, net, test_nets, current_step, history):
         model_file = write_model(net, param, iteration)
         state_file, encoded = encode_solver_state(param, iteration, model_file, current_step,
                                                   history)
-        sidecar = write_resume_sidecar(state_file, net, test_nets, sha256_hex(encoded))
+        sidecar = write_resume_sidecar(state_file, net, test_nets, sha256_hex(encoded),
+                                       other_ranks)
         try:
             with atomic_write(state_file, "wb") as stream:
                 stream.write(encoded)
