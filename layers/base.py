@@ -126,6 +126,16 @@ class Layer:
     auto_top_blobs = False
     in_place_ok = False
     type = None
+    # What the inference plan (pycaffe_cli/inference.py) may assume of a layer with bottoms:
+    # that reshape reads only the bottoms' shapes (so it need not run while they stay the
+    # same), and that the layer keeps no view of its blobs' memory from one call to the next
+    # (so the plan may move a blob into a buffer other blobs use at other times).
+    reshape_reads_values = False
+    keeps_blob_views = False
+    # Layers that keep scratch buffers between calls (a convolution's column buffer) name a
+    # family here; the inference plan runs its steps one at a time, so it lets every layer of
+    # a family use the first one's buffers (``share_workspace``).
+    workspace_family = None
 
     def __init__(self, param):
         self.param = param
@@ -169,6 +179,15 @@ class Layer:
         except (CaffeError, MemoryError, ValueError) as error:
             _raise_blamed(error, self, "forward")
         return self._weighted_loss(top)
+
+    def forward_pass(self):
+        """The bound ``forward_cpu`` or ``forward_gpu`` that ``forward`` runs in the current
+        mode (no reshape, no loss): what the inference plan calls once shapes are set."""
+        return self.forward_gpu if self._use_gpu("forward") else self.forward_cpu
+
+    def share_workspace(self, other):
+        """Use the scratch buffers of ``other``, a layer of the same ``workspace_family``
+        that never runs at the same time as this one."""
 
     def backward(self, top, propagate_down, bottom):
         try:

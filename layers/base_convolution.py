@@ -20,11 +20,11 @@ The GEMMs see the output side as (C_out, count P) while blobs hold (count, C_out
 layout kernels reorder it, adding the bias on the way out (and, on the CPU, summing the bias
 gradient on the way back in, to the bit what numpy's sums gave).
 
-Layers whose groups make those GEMMs tiny (depthwise ones: one channel in and out per group)
-run the DIRECT plan instead, chosen per layer at reshape (base_convolution_plan.py): the same
-three passes as window sums on the blob layouts -- no im2col, no reordering, no buffers, the
-whole batch in one block -- through the backends' ``direct_*`` primitives
-(kernels/*/depthwise.py).
+Layers whose groups make those GEMMs tiny (depthwise ones: one channel in and out per group),
+and ungrouped convolutions whose window is (LeNet conv1: 1 x 5 x 5 -> 20), run the DIRECT plan
+instead, chosen per layer at reshape (base_convolution_plan.py): the same three passes as
+window sums on the blob layouts -- no im2col, no reordering, no buffers, the whole batch in
+one block -- through the backends' ``direct_*`` primitives (kernels/*/depthwise.py).
 
 The plan is written once, here, over a backend object chosen by the mode: ``CpuConvBackend``
 (numpy arrays) or ``GpuConvBackend`` (device arrays), see base_convolution_backend.py. The
@@ -122,6 +122,7 @@ class BaseConvolutionLayer(Layer):
     min_num_top = 1
     equal_num_bottom_top = True
     reverse_dimensions = False
+    workspace_family = "convolution"  # one column buffer serves a plan's convolutions
 
     def compute_output_shape(self, in_shape):
         raise NotImplementedError
@@ -235,8 +236,13 @@ class BaseConvolutionLayer(Layer):
         use_2d = self.geometry.use_2d
         if self.force_plan is not None:
             return self.force_plan if use_2d else Plan.GEMM
+        # choose_plan's group-1 rule is measured for Convolution on the CPU: Deconvolution
+        # (ties and a 1.15x loss) and layers reshaped for a GPU stay on GEMM.
+        cpu = backend.mode() is backend.Mode.CPU
+        num = self.num if cpu and not self.reverse_dimensions else 0
         return choose_plan(use_2d, self.group, self.conv_in_channels // self.group,
-                           self.conv_out_channels // self.group)
+                           self.conv_out_channels // self.group, math.prod(self.geometry.kernel),
+                           num)
 
     def blocks(self):
         """(first image, image count) of each block of the batch."""
@@ -266,6 +272,13 @@ class BaseConvolutionLayer(Layer):
         if self._gpu_backend is None:
             self._gpu_backend = GpuConvBackend()
         return self._gpu_backend
+
+    def share_workspace(self, other):
+        """Use ``other``'s backends, so its column and GEMM buffers (see Layer)."""
+        self.cpu_backend = other.cpu_backend
+        if other._gpu_backend is None:
+            other._gpu_backend = GpuConvBackend() if backend.mode() is backend.Mode.GPU else None
+        self._gpu_backend = other._gpu_backend
 
     def forward_with(self, be, bottom, top):
         raise NotImplementedError

@@ -27,6 +27,7 @@ class FilterLayer(Layer):
 
     min_num_bottom = 2
     min_num_top = 1
+    reshape_reads_values = True  # the selector's values set the tops' first axis
 
     def layer_setup(self, bottom, top):
         if len(top) != len(bottom) - 1:

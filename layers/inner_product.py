@@ -17,6 +17,7 @@ from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
+from pycaffe_cli.layers.kernels.cpu.layout import add_channel_bias_relu
 from pycaffe_cli.layers.views import layer_axis
 
 
@@ -26,6 +27,9 @@ class InnerProductLayer(Layer):
 
     exact_num_bottom = 1
     exact_num_top = 1
+    # ReLU's negative slope to apply with the bias (None: none); set by the inference plan
+    # (pycaffe_cli/inference.py) on its own copies, in CPU mode only.
+    fused_relu_slope = None
 
     def layer_setup(self, bottom, top):
         p = self.param.inner_product_param
@@ -77,7 +81,10 @@ class InnerProductLayer(Layer):
         x = bottom[0].data.reshape(self.m, self.k)
         y = top[0].data.reshape(self.m, self.num_output)
         np.matmul(x, self._weight().T, out=y)
-        if self.bias_term:
+        if self.bias_term and self.fused_relu_slope is not None:
+            add_channel_bias_relu(y.reshape(-1), self.m, self.num_output, 1,
+                                  self.blobs[1].flat_data, np.float32(self.fused_relu_slope))
+        elif self.bias_term:
             y += self.blobs[1].data.reshape(1, -1)
 
     def backward_cpu(self, top, propagate_down, bottom):
@@ -97,6 +104,8 @@ class InnerProductLayer(Layer):
     def forward_gpu(self, bottom, top):
         from pycaffe_cli.cuda import math
         from pycaffe_cli.layers.kernels.cuda import layout
+        if self.fused_relu_slope is not None:
+            raise NotImplementedError("InnerProduct fuses a ReLU on the CPU only")
         y = top[0].mutable_gpu_data
         math.gemm(False, not self.transpose, self.m, self.num_output, self.k, 1.0,
                   bottom[0].gpu_data, self.blobs[0].gpu_data, 0.0,

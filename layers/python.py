@@ -137,6 +137,8 @@ class PythonLayer(Layer):
     """python_param: module, layer, param_str, share_in_parallel (ignored: one process)."""
 
     in_place_ok = True   # the user's code decides, as in Caffe
+    reshape_reads_values = True  # the user's code may (a proposal layer's box count, say)
+    keeps_blob_views = True      # ... and may keep arrays of its blobs between calls
 
     def __init__(self, param):
         super().__init__(param)

@@ -51,8 +51,10 @@ class Blob:
         if any(d < 0 for d in shape):
             raise CaffeError(f"blob shape {shape} has a negative dimension")
         count = checked_count(shape)
+        # data and diff grow apart: the inference plan gives data a buffer bigger than the blob
         if count > self._data_mem.size:
             self._data_mem = SyncedMemory(count)
+        if count > self._diff_mem.size:
             self._diff_mem = SyncedMemory(count)
         self._shape = shape
         self._count = count
@@ -178,6 +180,14 @@ class Blob:
             raise CaffeError(f"cannot share data of blobs with counts {other.count()} and "
                              f"{self._count}")
         self._data_mem = other._data_mem
+
+    def use_data_memory(self, memory):
+        """Keep data in ``memory``, a SyncedMemory of at least count() values that other
+        blobs may use too (the inference plan's shared buffers); the values are not copied."""
+        if memory.size < self._count:
+            raise CaffeError(f"a buffer of {memory.size} values cannot hold the data of a blob "
+                             f"of {self._count}")
+        self._data_mem = memory
 
     def share_diff(self, other):
         if other.count() != self._count:

@@ -18,6 +18,11 @@ scalar, logging, snapshots) leaves the head SYNCED and costs no copy back.
 
 In CPU mode nothing ever asks for the device copy, so the buffer stays a plain numpy array
 and numba.cuda is never imported.
+
+``version`` counts the accesses that may change the values (``mutable_host``,
+``mutable_device``, ``set_host``): whoever keeps something computed from the values (the
+inference plan's folded weights, pycaffe_cli/inference.py) compares it to know when to redo
+that. Writes through an array obtained from an earlier mutable access are not counted.
 """
 import enum
 
@@ -40,6 +45,7 @@ class SyncedMemory:
 
     def __init__(self, size):
         self.size = int(size)
+        self.version = 0
         self.head = Head.UNINIT
         self._host = None
         self._device = None
@@ -62,6 +68,7 @@ class SyncedMemory:
         """The host array, for writing: the device copy (if any) becomes stale."""
         host = self.host()
         self.head = Head.AT_CPU
+        self.version += 1
         return host
 
     def set_host(self, array):
@@ -72,6 +79,7 @@ class SyncedMemory:
                              f"{array.dtype} {array.shape}")
         self._host = array
         self.head = Head.AT_CPU
+        self.version += 1
 
     # --- device ------------------------------------------------------------------------
     def device(self):
@@ -91,6 +99,7 @@ class SyncedMemory:
         """The device array, for writing: the host copy (if any) becomes stale."""
         device = self.device()
         self.head = Head.AT_GPU
+        self.version += 1
         return device
 
     def async_push(self, stream):
@@ -103,6 +112,11 @@ class SyncedMemory:
             self._device = memory.empty(self.size)
         self._device.copy_to_device(host, stream=stream)
         self.head = Head.SYNCED
+
+    @property
+    def allocated(self):
+        """True once a host or device array exists (an UNINIT buffer holds no memory)."""
+        return self._host is not None or self._device is not None
 
     @property
     def on_device(self):

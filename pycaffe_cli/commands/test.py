@@ -12,10 +12,10 @@ from pycaffe_cli.log import LOG
 
 
 @subcommand("test", summary="score a model",
-            flags=("model", "weights", "iterations", "gpu", "level", "stage"))
-def test(model, weights, iterations, gpu, level, stage):
+            flags=("model", "weights", "iterations", "gpu", "level", "stage", "inference_plan"))
+def test(model, weights, iterations, gpu, level, stage, inference_plan):
     """Score a trained model: run --iterations forward passes of the TEST-phase net and
-    log each output per batch and their means."""
+    log each output per batch and their means (through an inference plan: see the flag)."""
     require(model, "Need a model definition to score.")
     require(weights, "Need model weights to score.")
     stages = split_list(stage)
@@ -26,8 +26,13 @@ def test(model, weights, iterations, gpu, level, stage):
 
     net = Net.from_file(model, caffe_pb2.TEST, level, stages)
     copy_trained_layers_from(net, weights)
+    runner = net
+    if inference_plan and not net.debug_info:  # debug_info logs every layer: run them all
+        from pycaffe_cli.inference import InferencePlan
+        runner = InferencePlan(net)
+        LOG.info(runner.summary())
     LOG.info(f"Running for {iterations} iterations.")
-    loss, scores, score_output = _score(net, iterations)
+    loss, scores, score_output = _score(net, runner, iterations)
     loss /= np.float32(iterations)
     LOG.info(f"Loss: {loss:g}")
     for score, output in zip(scores, score_output):
@@ -39,12 +44,13 @@ def test(model, weights, iterations, gpu, level, stage):
     return 0
 
 
-def _score(net, iterations):
-    """Run the forwards; return the summed loss, per-element score sums, their outputs."""
+def _score(net, runner, iterations):
+    """Run the forwards (``runner``: the net or its inference plan); return the summed
+    loss, per-element score sums, their outputs."""
     loss = np.float32(0)
     scores, score_output = None, []
     for i in range(iterations):
-        loss += np.float32(net.forward())
+        loss += np.float32(runner.forward())
         values = []
         for j, blob_id in enumerate(net.output_blob_indices):
             entry = net.blob_entries[blob_id]

@@ -3,6 +3,11 @@
 As in Caffe, every layer's backward runs with the net's ``bottom_need_backward``, whether or
 not the layer needs backward in training, and the net is assumed to feed itself (data layers
 or Input layers whose blobs keep their contents).
+
+A pycaffe addition: a TEST-phase net in which no layer needs backward (a deploy net) runs
+forward through an inference plan (pycaffe_cli/inference.py; off with --noinference_plan).
+The per-layer lines keep Caffe's format: a layer folded or fused into the one before it
+reports 0 ms (its time is in that layer's line), and backward is not run (0 ms).
 """
 import time as clock
 
@@ -13,10 +18,12 @@ from pycaffe_cli.log import LOG
 
 
 @subcommand("time", summary="benchmark model execution time",
-            flags=("model", "iterations", "phase", "batch", "gpu", "level", "stage"))
-def time(model, iterations, phase, batch, gpu, level, stage):
+            flags=("model", "iterations", "phase", "batch", "gpu", "level", "stage",
+                   "inference_plan"))
+def time(model, iterations, phase, batch, gpu, level, stage, inference_plan):
     """Benchmark a model: average forward and backward time per layer over --iterations
-    passes of the --phase net (default TRAIN), at batch size --batch where given."""
+    passes of the --phase net (default TRAIN), at batch size --batch where given; a TEST net
+    that needs no backward runs forward only, through an inference plan (see the flag)."""
     require(model, "Need a model definition to time.")
     stages = split_list(stage)
     use_single_device(gpu)
@@ -25,16 +32,23 @@ def time(model, iterations, phase, batch, gpu, level, stage):
     net_phase = caffe_pb2.TEST if phase == "TEST" else caffe_pb2.TRAIN
     net = net_from_file(model, net_phase, level, stages, batch)
 
+    plan = None
+    if (inference_plan and net_phase == caffe_pb2.TEST
+            and not any(entry.need_backward for entry in net.layer_entries)):
+        from pycaffe_cli.inference import InferencePlan
+        plan = InferencePlan(net)
+        LOG.info(plan.summary() + "; backward is not run (the net needs none)")
     # A clean pass first, so allocations are done before the clock starts.
     LOG.info("Performing Forward")
-    LOG.info(f"Initial loss: {net.forward():g}")
-    LOG.info("Performing Backward")
-    net.backward()
-    _benchmark(net, iterations)
+    LOG.info(f"Initial loss: {(plan or net).forward():g}")
+    if plan is None:
+        LOG.info("Performing Backward")
+        net.backward()
+    _benchmark(net, iterations, plan)
     return 0
 
 
-def _benchmark(net, iterations):
+def _benchmark(net, iterations, plan):
     entries = net.layer_entries
     forward_layer = [0.0] * len(entries)
     backward_layer = [0.0] * len(entries)
@@ -44,27 +58,58 @@ def _benchmark(net, iterations):
     total_start = clock.perf_counter()
     for j in range(iterations):
         iter_start = clock.perf_counter()
-        for i, entry in enumerate(entries):
-            start = clock.perf_counter()
-            entry.layer.forward(entry.bottoms, entry.tops)
-            backend.synchronize()   # GPU work is queued: wait for it before reading the clock
-            forward_layer[i] += clock.perf_counter() - start
+        if plan is None:
+            _forward_layers(entries, forward_layer)
+        else:
+            _forward_plan(plan, forward_layer)
         forward_end = clock.perf_counter()
         forward_total += forward_end - iter_start
-        for i in reversed(range(len(entries))):
-            entry = entries[i]
-            start = clock.perf_counter()
-            entry.layer.backward(entry.tops, entry.bottom_need_backward, entry.bottoms)
-            backend.synchronize()
-            backward_layer[i] += clock.perf_counter() - start
+        if plan is None:
+            _backward_layers(entries, backward_layer)
         backward_total += clock.perf_counter() - forward_end
         LOG.info(f"Iteration: {j + 1} forward-backward time: "
                  f"{_ms(clock.perf_counter() - iter_start):g} ms.")
+    _report(entries, forward_layer, backward_layer, forward_total, backward_total,
+            clock.perf_counter() - total_start, iterations)
+
+
+def _forward_layers(entries, forward_layer):
+    for i, entry in enumerate(entries):
+        start = clock.perf_counter()
+        entry.layer.forward(entry.bottoms, entry.tops)
+        backend.synchronize()   # GPU work is queued: wait for it before reading the clock
+        forward_layer[i] += clock.perf_counter() - start
+
+
+def _forward_plan(plan, forward_layer):
+    """One forward of the plan, each step's time added to its first layer's."""
+    at = [step.at for step in plan.steps]
+    last = [clock.perf_counter()]
+
+    def after_step(k):
+        backend.synchronize()
+        now = clock.perf_counter()
+        forward_layer[at[k]] += now - last[0]
+        last[0] = now
+    plan.forward(after_step)
+
+
+def _backward_layers(entries, backward_layer):
+    for i in reversed(range(len(entries))):
+        entry = entries[i]
+        start = clock.perf_counter()
+        entry.layer.backward(entry.tops, entry.bottom_need_backward, entry.bottoms)
+        backend.synchronize()
+        backward_layer[i] += clock.perf_counter() - start
+
+
+def _report(entries, forward_layer, backward_layer, forward_total, backward_total, total,
+            iterations):
     LOG.info("Average time per layer: ")
     for i, entry in enumerate(entries):
         LOG.info(f"{entry.name:>10}\tforward: {_ms(forward_layer[i]) / iterations:g} ms.")
         LOG.info(f"{entry.name:>10}\tbackward: {_ms(backward_layer[i]) / iterations:g} ms.")
-    total = _ms(clock.perf_counter() - total_start)
+    total = _ms(total)
     LOG.info(f"Average Forward pass: {_ms(forward_total) / iterations:g} ms.")
     LOG.info(f"Average Backward pass: {_ms(backward_total) / iterations:g} ms.")
     LOG.info(f"Average Forward-Backward: {total / iterations:g} ms.")

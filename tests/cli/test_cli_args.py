@@ -73,8 +73,10 @@ def test_usage_lists_the_commands(run_cli, argv):
 @pytest.mark.parametrize("command, flags", [
     ("train", ["--solver", "--weights", "--snapshot", "--gpu", "--level", "--stage",
                "--sigint_effect", "--sighup_effect"]),
-    ("test", ["--model", "--weights", "--iterations", "--gpu", "--level", "--stage"]),
-    ("time", ["--model", "--iterations", "--phase", "--batch", "--gpu", "--level", "--stage"]),
+    ("test", ["--model", "--weights", "--iterations", "--gpu", "--level", "--stage",
+              "--inference_plan", "--noinference_plan"]),
+    ("time", ["--model", "--iterations", "--phase", "--batch", "--gpu", "--level", "--stage",
+              "--inference_plan", "--noinference_plan"]),
     ("device_query", ["--gpu"]),
 ])
 def test_command_help_shows_its_flags_only(run_cli, command, flags):

@@ -18,28 +18,7 @@ signed index non-negative, and its wraparound check keeps the copy loops from ve
 from numba import float32, njit, prange, uintp
 
 PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: runs up to this length sum with 8 accumulators
-
-
-@njit(cache=True, parallel=True, nogil=True)
-def channels_to_images(src, num, channels, size, dst):
-    """dst (num, channels, size) = src (channels, num, size)."""
-    for row in prange(num * channels):
-        first = ((row % channels) * num + row // channels) * size
-        start = row * size
-        for i in range(size):
-            dst[uintp(start + i)] = src[uintp(first + i)]
-
-
-@njit(cache=True, parallel=True, nogil=True)
-def channels_to_images_bias(src, num, channels, size, bias, dst):
-    """dst (num, channels, size) = src (channels, num, size) + bias[channel]."""
-    for row in prange(num * channels):
-        c = row % channels
-        first = (c * num + row // channels) * size
-        start = row * size
-        b = bias[c]
-        for i in range(size):
-            dst[uintp(start + i)] = src[uintp(first + i)] + b
+PARALLEL_MIN = 1 << 16  # values: smaller forward moves run on one thread (see _images_row)
 
 
 @njit(cache=True, inline="always")
@@ -51,26 +30,91 @@ def rectify(value, slope):
     return value if value > 0 else value * slope
 
 
+# One row of each forward kernel below; the kernels run rows serially for small arrays
+# (starting numba's threads costs ~20 us, more than moving PARALLEL_MIN values), else in a
+# prange.
+@njit(cache=True, inline="always")
+def _images_row(src, num, channels, size, dst, row):
+    first = ((row % channels) * num + row // channels) * size
+    start = row * size
+    for i in range(size):
+        dst[uintp(start + i)] = src[uintp(first + i)]
+
+
+@njit(cache=True, inline="always")
+def _images_bias_row(src, num, channels, size, bias, dst, row):
+    c = row % channels
+    first = (c * num + row // channels) * size
+    start = row * size
+    b = bias[c]
+    for i in range(size):
+        dst[uintp(start + i)] = src[uintp(first + i)] + b
+
+
+@njit(cache=True, inline="always")
+def _images_bias_relu_row(src, num, channels, size, bias, slope, dst, row):
+    c = row % channels
+    first = (c * num + row // channels) * size
+    start = row * size
+    b = bias[c]
+    for i in range(size):
+        dst[uintp(start + i)] = rectify(src[uintp(first + i)] + b, slope)
+
+
+@njit(cache=True, inline="always")
+def _bias_relu_row(data, channels, size, bias, slope, row):
+    start = row * size
+    b = bias[row % channels]
+    for i in range(size):
+        data[uintp(start + i)] = rectify(data[uintp(start + i)] + b, slope)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def channels_to_images(src, num, channels, size, dst):
+    """dst (num, channels, size) = src (channels, num, size)."""
+    rows = num * channels
+    if rows * size < PARALLEL_MIN:
+        for row in range(rows):
+            _images_row(src, num, channels, size, dst, row)
+    else:
+        for row in prange(rows):
+            _images_row(src, num, channels, size, dst, row)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def channels_to_images_bias(src, num, channels, size, bias, dst):
+    """dst (num, channels, size) = src (channels, num, size) + bias[channel]."""
+    rows = num * channels
+    if rows * size < PARALLEL_MIN:
+        for row in range(rows):
+            _images_bias_row(src, num, channels, size, bias, dst, row)
+    else:
+        for row in prange(rows):
+            _images_bias_row(src, num, channels, size, bias, dst, row)
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def channels_to_images_bias_relu(src, num, channels, size, bias, slope, dst):
     """dst (num, channels, size) = ReLU(src (channels, num, size) + bias[channel])."""
-    for row in prange(num * channels):
-        c = row % channels
-        first = (c * num + row // channels) * size
-        start = row * size
-        b = bias[c]
-        for i in range(size):
-            dst[uintp(start + i)] = rectify(src[uintp(first + i)] + b, slope)
+    rows = num * channels
+    if rows * size < PARALLEL_MIN:
+        for row in range(rows):
+            _images_bias_relu_row(src, num, channels, size, bias, slope, dst, row)
+    else:
+        for row in prange(rows):
+            _images_bias_relu_row(src, num, channels, size, bias, slope, dst, row)
 
 
 @njit(cache=True, parallel=True, nogil=True)
 def add_channel_bias_relu(data, num, channels, size, bias, slope):
     """data (num, channels, size) = ReLU(data + bias[channel]), in place."""
-    for row in prange(num * channels):
-        start = row * size
-        b = bias[row % channels]
-        for i in range(size):
-            data[uintp(start + i)] = rectify(data[uintp(start + i)] + b, slope)
+    rows = num * channels
+    if rows * size < PARALLEL_MIN:
+        for row in range(rows):
+            _bias_relu_row(data, channels, size, bias, slope, row)
+    else:
+        for row in prange(rows):
+            _bias_relu_row(data, channels, size, bias, slope, row)
 
 
 @njit(cache=True, nogil=True)

@@ -1,0 +1,244 @@
+"""InferencePlan: run a TEST-phase net forward with less work and the same numbers.
+
+Built from a Net that will only be run forward (the caller promises no backward: ``pycaffe
+test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the plan
+
+* runs each convolution or inner product followed by BatchNorm / Scale / Bias layers as one
+  layer with folded weights, and in CPU mode applies a ReLU after it where the layer adds
+  its bias (pycaffe_cli/inference_fold.py); the net's own layers and params are not changed
+  (beyond sharing scratch buffers, below);
+* moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference_memory.py),
+  and lets layers with scratch buffers (convolutions' column buffers) share one set;
+* runs its steps as a plain list of bound ``forward_cpu`` / ``forward_gpu`` methods: a layer's
+  reshape runs again only when shapes may have changed (the net's input shapes changed, or a
+  layer whose output shape depends on the data -- a data layer, Filter, a Python layer, any
+  loss -- produced a new shape; those run their full ``Layer.forward`` every time).
+
+The net's outputs, its inputs and the blobs named in ``keep`` keep the values the plain
+``Net.forward`` gives them (folded weights change the last bits: within 1e-5 relative);
+other blobs' values after a forward are undefined. Folded weights are recomputed before a
+forward when a blob they come from was written through an accessor since (see
+``SyncedMemory.version``); after writing weights through an array kept from before, call
+``refold()``. A mode change (CPU/GPU) rebuilds the plan. ``Net.backward`` refuses to run
+once a plan has moved the net's blobs (``release()`` gives them memory of their own again).
+"""
+from dataclasses import dataclass, field
+
+from pycaffe_cli import backend
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.inference_fold import find_chains, fold, make_layer
+from pycaffe_cli.inference_memory import MemoryPlan
+from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.sizes import blamed
+
+MB = 1 << 20
+
+
+@dataclass(slots=True, eq=False)
+class Step:
+    """One layer the plan runs: the net's, or a chain's (covering net layers at..end)."""
+    layer: object
+    bottoms: list
+    tops: list
+    bottom_ids: list
+    top_ids: list
+    at: int
+    end: int
+    full: bool  # runs Layer.forward (reshape, compute, loss) every time
+    top_shapes: list = field(default_factory=list)
+
+
+class InferencePlan:
+    """A forward-only way to run ``net``; see the module docstring.
+
+    Args:
+        net: a TEST-phase engine Net.
+        keep: names of blobs whose values must be the plain net's after ``forward``, beside
+            the net's inputs and outputs.
+    """
+
+    def __init__(self, net, keep=()):
+        if net.phase != caffe_pb2.TEST:
+            raise CaffeError(f'net "{net.name}": an inference plan runs TEST-phase nets only '
+                             "(a TRAIN net's forward also trains: BatchNorm statistics, "
+                             "dropout)")
+        self.net = net
+        self.keep = [self._blob_id(name) for name in keep]
+        self.memory = None
+        self._build()
+        net.add_callback("before_backward", self._refuse_backward)
+
+    def _blob_id(self, name):
+        if not self.net.has_blob(name):
+            raise CaffeError(f'net "{self.net.name}" has no blob named "{name}" to keep')
+        return self.net.blob_names.index(name)
+
+    # --- building ------------------------------------------------------------------------
+    def _build(self):
+        net = self.net
+        self.mode = backend.mode()
+        if self.memory is not None:  # a rebuild: blobs get their own memory, shared anew
+            self.memory.release()
+            net.reshape()
+        protected = set(self.keep) | set(net.output_blob_indices) | set(net.input_blob_indices)
+        protected |= {i for i, entry in enumerate(net.blob_entries) if entry.loss_weight}
+        self.chains = find_chains(net, protected, fuse_relu=self.mode is backend.Mode.CPU)
+        for chain in self.chains:
+            make_layer(net, chain)
+        self.steps = self._make_steps()
+        self._share_workspaces()
+        skipped = [blob_id for chain in self.chains for blob_id in chain.skipped]
+        self.memory = MemoryPlan(net, self.steps, protected, skipped)
+        self._reshape_and_assign()
+        self._sources = [blob for chain in self.chains for blob in chain.sources]
+        self._versions = self._source_versions()
+        self._run = [(s.layer.forward if s.full else s.layer.forward_pass(),
+                      s.layer.reshape, s.bottoms, s.tops, s.top_shapes if s.full else None)
+                     for s in self.steps]
+
+    def _make_steps(self):
+        net = self.net
+        by_producer = {chain.producer: chain for chain in self.chains}
+        covered = {i for chain in self.chains
+                   for i in chain.affine + ([chain.relu] if chain.relu is not None else [])}
+        steps = []
+        for index, entry in enumerate(net.layer_entries):
+            chain = by_producer.get(index)
+            if index in covered:
+                continue
+            if chain is None:
+                steps.append(_step(entry.layer, entry.bottoms, entry.tops, entry.bottom_ids,
+                                   entry.top_ids, index, index, net))
+            else:
+                links = chain.affine + ([chain.relu] if chain.relu is not None else [])
+                steps.append(_step(chain.layer, entry.bottoms,
+                                   [net.blob_entries[chain.top_id].blob], entry.bottom_ids,
+                                   [chain.top_id], index, max(links), net))
+        return steps
+
+    def _share_workspaces(self):
+        """One set of scratch buffers per workspace family: the steps run one at a time."""
+        first = {}
+        for step in self.steps:
+            family = step.layer.workspace_family
+            if family is not None:
+                donor = first.setdefault(family, step.layer)
+                if donor is not step.layer:
+                    step.layer.share_workspace(donor)
+
+    def _reshape_and_assign(self):
+        """Shape every step for the current inputs, then (re)assign the shared buffers."""
+        self._reshape_all()
+        self.memory.assign()
+        self._reshape_all()  # layers that share their tops' memory (Split...) share it anew
+        self._input_shapes = self._current_input_shapes()
+
+    def _reshape_all(self):
+        for step in self.steps:
+            if step.bottoms:
+                step.layer.reshape(step.bottoms, step.tops)
+            step.top_shapes[:] = [top.shape for top in step.tops]
+
+    def _current_input_shapes(self):
+        return [self.net.blob_entries[i].blob.shape for i in self.net.input_blob_indices]
+
+    def _source_versions(self):
+        return [blob.data_memory.version for blob in self._sources]
+
+    # --- running -------------------------------------------------------------------------
+    def prepare(self):
+        """Bring the plan up to date before a forward: rebuild after a mode change, re-fold
+        weights whose sources were written, reshape and re-plan memory for new input
+        shapes."""
+        if backend.mode() is not self.mode:
+            self._build()
+        if self._source_versions() != self._versions:
+            self._refold_changed()
+        if self._current_input_shapes() != self._input_shapes:
+            self._reshape_and_assign()
+
+    def forward(self, after_step=None):
+        """Run the net forward; return the summed weighted loss, as ``Net.forward`` does.
+        ``after_step(k)``, if given, is called after step k (timings)."""
+        self.prepare()
+        loss, reshape, index = 0.0, False, -1
+        try:
+            for index, (function, reshape_layer, bottoms, tops, shapes) in enumerate(self._run):
+                if shapes is None:
+                    if reshape:
+                        reshape_layer(bottoms, tops)
+                    function(bottoms, tops)
+                else:
+                    loss += function(bottoms, tops)
+                    if [top.shape for top in tops] != shapes:
+                        shapes[:] = [top.shape for top in tops]
+                        reshape = True
+                if after_step is not None:
+                    after_step(index)
+        except (CaffeError, MemoryError, ValueError) as error:
+            wrapped = blamed(error, self.steps[index].layer, "forward")
+            if wrapped is None:
+                raise
+            raise wrapped from None
+        return loss
+
+    def refold(self):
+        """Recompute every folded weight from the net's blobs now."""
+        for chain in self.chains:
+            fold(self.net, chain)
+        self._versions = self._source_versions()
+
+    def _refold_changed(self):
+        for chain in self.chains:
+            if chain.current_signature() != chain.signature:
+                fold(self.net, chain)
+        self._versions = self._source_versions()
+
+    def release(self):
+        """Stop using the plan: the moved blobs get memory of their own (their values are
+        lost) and ``Net.backward`` runs again after a plain forward."""
+        self.memory.release()
+        callbacks = self.net.callbacks["before_backward"]
+        if self._refuse_backward in callbacks:
+            callbacks.remove(self._refuse_backward)
+
+    def _refuse_backward(self, layer_index):
+        raise CaffeError(f'net "{self.net.name}" runs an inference plan, which shares the '
+                         "memory of blobs backward reads; release the plan (and run forward "
+                         "again) before backward")
+
+    # --- what it did -----------------------------------------------------------------------
+    def step_layers(self, step_index):
+        """The net's layer indices a step stands for (a chain's: producer and links)."""
+        step = self.steps[step_index]
+        chain = next((c for c in self.chains if c.producer == step.at), None)
+        if chain is None:
+            return [step.at]
+        return [step.at] + chain.affine + ([chain.relu] if chain.relu is not None else [])
+
+    def summary(self):
+        """One line: what was folded, fused and shared, and the blob memory before/after."""
+        folded, producers = set(), {}
+        for chain in self.chains:
+            if chain.affine:
+                folded.update(self.net.layer_entries[i].layer.type for i in chain.affine)
+                kind = self.net.layer_entries[chain.producer].layer.type
+                producers[kind] = producers.get(kind, 0) + 1
+        relus = sum(chain.relu is not None for chain in self.chains)
+        parts = []
+        if folded:
+            count = sum(len(chain.affine) for chain in self.chains)
+            parts.append(f"folded {count} {'/'.join(sorted(folded))} layers into "
+                         f"{sum(producers.values())} {'/'.join(sorted(producers))} layers")
+        if relus:
+            parts.append(f"fused {relus} ReLU layers")
+        memory = self.memory
+        parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers (blob memory "
+                     f"{memory.before_bytes / MB:.1f} MB -> {memory.after_bytes / MB:.1f} MB)")
+        return "Inference plan: " + ", ".join(parts)
+
+
+def _step(layer, bottoms, tops, bottom_ids, top_ids, at, end, net):
+    full = (not bottoms or layer.reshape_reads_values
+            or any(net.blob_entries[i].loss_weight for i in top_ids))
+    return Step(layer, list(bottoms), list(tops), list(bottom_ids), list(top_ids), at, end, full)

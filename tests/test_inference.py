@@ -1,0 +1,272 @@
+"""The inference plan (pycaffe_cli/inference.py): folded and fused chains, shared blob memory,
+and the cases where it must give way (TRAIN nets, backward, changed weights and shapes)."""
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from pycaffe_cli import backend
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.inference import InferencePlan
+from pycaffe_cli.net import Net
+from pycaffe_cli.proto import caffe_pb2
+
+INPUT = 'layer { name: "data" type: "Input" top: "data" input_param { shape { %s } } }\n'
+CONV_INPUT = INPUT % "dim: 2 dim: 4 dim: 5 dim: 5"
+AFFINE = """
+layer { name: "bn" type: "BatchNorm" bottom: "y" top: "y" batch_norm_param { eps: 1e-3 } }
+layer { name: "scale" type: "Scale" bottom: "y" top: "y" scale_param { bias_term: true } }
+layer { name: "bias" type: "Bias" bottom: "y" top: "y" }
+layer { name: "relu" type: "ReLU" bottom: "y" top: "y" relu_param { negative_slope: %s } }
+layer { name: "out" type: "Power" bottom: "y" top: "out" }
+"""
+PRODUCERS = {
+    "conv": CONV_INPUT + 'layer { name: "p" type: "Convolution" bottom: "data" top: "y" '
+                         'convolution_param { num_output: 6 kernel_size: 3 pad: 1 } }',
+    "conv_nobias_grouped": CONV_INPUT + 'layer { name: "p" type: "Convolution" bottom: "data" '
+                                        'top: "y" convolution_param { num_output: 6 group: 2 '
+                                        'kernel_size: 3 bias_term: false } }',
+    "deconv_grouped": CONV_INPUT + 'layer { name: "p" type: "Deconvolution" bottom: "data" '
+                                   'top: "y" convolution_param { num_output: 6 group: 2 '
+                                   'kernel_size: 2 stride: 2 } }',
+    "ip": INPUT % "dim: 3 dim: 7" + 'layer { name: "p" type: "InnerProduct" bottom: "data" '
+                                    'top: "y" inner_product_param { num_output: 6 } }',
+    "ip_transposed": INPUT % "dim: 3 dim: 7" + 'layer { name: "p" type: "InnerProduct" '
+                                               'bottom: "data" top: "y" inner_product_param '
+                                               '{ num_output: 6 transpose: true } }',
+}
+
+
+def build(text, phase=caffe_pb2.TEST):
+    return Net(text_format.Parse(text, caffe_pb2.NetParameter()), phase)
+
+
+def fill_randomly(net, rng):
+    """Random weights, random Scale/Bias operands and BatchNorm statistics with a scale
+    factor other than 1; random inputs."""
+    for layer in net.layers:
+        if layer.type == "BatchNorm":
+            layer.blobs[0].data[...] = rng.normal(0, 1, layer.blobs[0].shape) * 2.5
+            layer.blobs[1].data[...] = rng.uniform(0.5, 2, layer.blobs[1].shape) * 2.5
+            layer.blobs[2].data[...] = 2.5
+        else:
+            for blob in layer.blobs:
+                blob.data[...] = rng.normal(0, 1, blob.shape)
+    for blob in net.input_blobs:
+        blob.data[...] = rng.normal(0, 1, blob.shape)
+
+
+def copy_net(net, text):
+    other = build(text)
+    for mine, theirs in zip(other.params, net.params):
+        mine.data[...] = theirs.cpu_data
+    for mine, theirs in zip(other.input_blobs, net.input_blobs):
+        mine.data[...] = theirs.cpu_data
+    return other
+
+
+def relative(got, want):
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+# --- folding ---------------------------------------------------------------------------------
+def test_a_conv_bn_scale_fold_is_the_hand_computed_one():
+    text = PRODUCERS["conv"] + AFFINE % 0
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(1))
+    plan = InferencePlan(net)
+    [chain] = plan.chains
+    assert [net.layer_names[i] for i in chain.affine] == ["bn", "scale", "bias"]
+    assert net.layer_names[chain.relu] == "relu"
+    conv, bn, scale, bias = (net.layer_by_name(n) for n in ("p", "bn", "scale", "bias"))
+    mean = bn.blobs[0].data.astype(np.float64) / 2.5
+    var = bn.blobs[1].data.astype(np.float64) / 2.5
+    a = scale.blobs[0].data / np.sqrt(var + np.float32(1e-3))
+    b = (conv.blobs[1].data - mean) * a + scale.blobs[1].data + bias.blobs[0].data
+    np.testing.assert_allclose(chain.layer.blobs[0].data,
+                               conv.blobs[0].data * a[:, None, None, None], rtol=1e-6)
+    np.testing.assert_allclose(chain.layer.blobs[1].data, b, rtol=1e-6, atol=1e-6)
+    assert chain.layer.fused_relu_slope == 0
+    # the net's own layers are untouched
+    assert len(conv.blobs) == 2 and conv.fused_relu_slope is None
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+@pytest.mark.parametrize("slope", [0, 0.25])
+def test_folded_chains_give_the_plain_outputs(producer, slope, engine):
+    text = PRODUCERS[producer] + AFFINE % slope
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(2))
+    plain = copy_net(net, text)
+    plain.forward()
+    plan = InferencePlan(net)
+    [chain] = plan.chains
+    assert len(chain.affine) == 3
+    assert (chain.relu is not None) == (engine == "cpu")  # the GPU runs its ReLU kernel
+    plan.forward()
+    want, got = plain.blob_by_name("out").cpu_data, net.blob_by_name("out").cpu_data
+    assert relative(got, want) < 1e-5
+    assert len(plan.steps) == len(net.layer_entries) - (4 if engine == "cpu" else 3)
+
+
+def test_a_chain_skips_blobs_only_when_nothing_else_needs_them():
+    """Not in place (MobileNet's conv -> bn -> scale): the conv's own top is skipped unless
+    it is kept; a link whose bottom has another reader ends the chain."""
+    text = CONV_INPUT + """
+        layer { name: "c" type: "Convolution" bottom: "data" top: "c"
+                convolution_param { num_output: 4 kernel_size: 1 } }
+        layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c/bn" }
+        layer { name: "scale" type: "Scale" bottom: "c/bn" top: "c/bn" }
+        layer { name: "relu" type: "ReLU" bottom: "c/bn" top: "r" }
+        layer { name: "other" type: "Power" bottom: "c/bn" top: "o" }
+        """
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(3))
+    [chain] = InferencePlan(net).chains
+    assert [net.blob_names[i] for i in chain.skipped] == ["c"]
+    assert chain.relu is None and net.blob_names[chain.top_id] == "c/bn"
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(3))
+    plain = copy_net(net, text)
+    plain.forward()
+    plan = InferencePlan(net, keep=["c"])
+    assert plan.chains == []
+    plan.forward()
+    for name in ("c", "o", "r"):
+        assert relative(net.blob_by_name(name).data, plain.blob_by_name(name).data) < 1e-6
+
+
+# --- when the plan must give way --------------------------------------------------------------
+def test_train_nets_are_refused():
+    with pytest.raises(CaffeError, match="TEST-phase nets only"):
+        InferencePlan(build(PRODUCERS["conv"] + AFFINE % 0, caffe_pb2.TRAIN))
+
+
+def test_unknown_kept_blobs_are_refused():
+    with pytest.raises(CaffeError, match='no blob named "nope"'):
+        InferencePlan(build(PRODUCERS["conv"] + AFFINE % 0), keep=["nope"])
+
+
+def test_backward_is_refused_until_the_plan_is_released():
+    text = PRODUCERS["conv"] + AFFINE % 0 + "force_backward: true\n"
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(4))
+    plan = InferencePlan(net)
+    plan.forward()
+    with pytest.raises(CaffeError, match="inference plan"):
+        net.backward()
+    plan.release()
+    net.forward()
+    net.blob_by_name("out").diff[...] = 1
+    net.backward()
+    assert np.abs(net.blob_by_name("data").diff).sum() > 0
+
+
+def test_changed_weights_are_folded_again():
+    text = PRODUCERS["conv"] + AFFINE % 0
+    net = build(text)
+    rng = np.random.default_rng(5)
+    fill_randomly(net, rng)
+    plan = InferencePlan(net)
+    plan.forward()
+
+    def check():
+        plain = copy_net(net, text)
+        plain.forward()
+        plan.forward()
+        assert relative(net.blob_by_name("out").data, plain.blob_by_name("out").data) < 1e-5
+
+    net.layer_by_name("bn").blobs[0].data[...] += 3        # an accessor write: followed
+    check()
+    weights = net.layer_by_name("p").blobs[0]
+    weights.share_data(_blob_like(weights, rng))            # new memory: followed
+    check()
+    held = net.layer_by_name("scale").blobs[0].data          # a view kept from before ...
+    plan.forward()
+    held[...] = 7                                            # ... written without an accessor
+    plan.refold()                                            # needs refold() (documented)
+    check()
+
+
+def _blob_like(blob, rng):
+    from pycaffe_cli.blob import Blob
+    other = Blob(blob.shape)
+    other.data[...] = rng.normal(0, 1, blob.shape)
+    return other
+
+
+def test_new_input_shapes_reshape_and_replan(engine):
+    text = PRODUCERS["conv"] + AFFINE % 0
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(6))
+    plan = InferencePlan(net)
+    plan.forward()
+    net.input_blobs[0].reshape((3, 4, 7, 6))
+    net.input_blobs[0].data[...] = np.random.default_rng(7).normal(0, 1, (3, 4, 7, 6))
+    plain = copy_net(net, text.replace("dim: 2 dim: 4 dim: 5 dim: 5",
+                                       "dim: 3 dim: 4 dim: 7 dim: 6"))
+    plain.forward()
+    plan.forward()
+    assert net.blob_by_name("out").shape == (3, 6, 7, 6)
+    assert relative(net.blob_by_name("out").data, plain.blob_by_name("out").data) < 1e-5
+
+
+def test_a_mode_change_rebuilds_the_plan(gpu_mode):
+    text = PRODUCERS["conv"] + AFFINE % 0
+    backend.set_mode_cpu()
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(8))
+    plan = InferencePlan(net)
+    assert plan.chains[0].relu is not None
+    plain = copy_net(net, text)
+    plain.forward()
+    backend.set_mode_gpu(0)
+    plan.forward()
+    assert plan.chains[0].relu is None
+    assert relative(net.blob_by_name("out").data, plain.blob_by_name("out").data) < 1e-5
+
+
+def test_layers_whose_shapes_follow_the_data_still_reshape():
+    """Filter's top size is the selector's count of nonzeros: the layers after it reshape
+    whenever it changes, though the plan skips their reshape otherwise."""
+    text = (INPUT % "dim: 4 dim: 3") + """
+        layer { name: "sel" type: "Input" top: "sel" input_param { shape { dim: 4 } } }
+        layer { name: "f" type: "Filter" bottom: "data" bottom: "sel" top: "f" }
+        layer { name: "ip" type: "InnerProduct" bottom: "f" top: "ip"
+                inner_product_param { num_output: 2 } }
+        layer { name: "relu" type: "ReLU" bottom: "ip" top: "ip" }
+        """
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(9))
+    plan = InferencePlan(net)
+    for selector in ([1, 0, 1, 1], [0, 1, 0, 0], [1, 1, 1, 1]):
+        net.blob_by_name("sel").data[...] = selector
+        plain = copy_net(net, text)
+        plain.forward()
+        plan.forward()
+        np.testing.assert_array_equal(net.blob_by_name("ip").data,
+                                      plain.blob_by_name("ip").data)
+
+
+def test_reshape_runs_only_when_shapes_change(monkeypatch):
+    """Caffe reshapes every layer at every forward; the plan only when an input's shape (or
+    a data-dependent layer's output shape) changed."""
+    text = PRODUCERS["conv"] + AFFINE % 0
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(10))
+    power = type(net.layer_by_name("out"))
+    calls = []
+    original = power.reshape
+
+    def counting(self, bottom, top):
+        calls.append(self.name)
+        original(self, bottom, top)
+    monkeypatch.setattr(power, "reshape", counting)
+    plan = InferencePlan(net)
+    calls.clear()
+    for _ in range(3):
+        plan.forward()
+    assert calls == []
+    net.input_blobs[0].reshape((1, 4, 5, 5))
+    plan.forward()
+    assert calls and set(calls) == {"out"}
+    assert net.blob_by_name("out").shape == (1, 6, 5, 5)
