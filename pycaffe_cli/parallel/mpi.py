@@ -20,6 +20,7 @@ from pycaffe_cli.parallel.communicator import CommError, Communicator
 
 LIVENESS_S = 0.5          # how often a waiting rank checks that its local partners live
 _LONGEST_NAP_S = 0.001    # the longest sleep between two polls of a request
+ABORT_GRACE_SECONDS = 0.5  # time for mpiexec to forward the error line before MPI_Abort
 
 
 class MpiCommunicator(Communicator):
@@ -59,6 +60,9 @@ class MpiCommunicator(Communicator):
         return self._comm.gather(obj, root=root)
 
     def abort(self, status):
+        # MPI_Abort makes mpiexec kill every rank at once; its I/O forwarder can drop the
+        # error line this rank has just written unless it gets a moment to pass it on.
+        time.sleep(ABORT_GRACE_SECONDS)
         self._comm.Abort(status)
 
     def wait(self, request):
