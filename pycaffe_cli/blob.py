@@ -208,7 +208,7 @@ class Blob:
         """Apply the computed step: ``data -= diff``, where data is freshest (Caffe's
         Update)."""
         if self._data_on_device():
-            gpu_math().axpy(self._count, -1.0, self.mutable_gpu_diff, self.mutable_gpu_data)
+            gpu_math().axpy(self._count, -1.0, self.gpu_diff, self.mutable_gpu_data)
         else:
             np.subtract(self.flat_data, self.flat_diff, out=self.flat_data)
 

@@ -11,8 +11,8 @@ from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
 from tests.layers.conv_reference import convolve
-from tests.layers.test_depthwise_convolution import CONV, DECONV, assert_close, layer_text, \
-    run_plan, set_up_case
+from tests.layers.test_depthwise_convolution import CONV, DECONV, assert_direct_equals_gemm, \
+    layer_text, set_up_case
 
 CASES = [  # layer type, bottom shape, convolution_param (all group 1)
     (CONV, (3, 1, 12, 12), "num_output: 20 kernel_size: 5"),  # LeNet conv1, smaller
@@ -34,13 +34,7 @@ CASE_IDS = [f"{kind[:6]}-{'x'.join(map(str, shape))}-{i}"
 
 @pytest.mark.parametrize("engine, case", engine_cases(CASES, GPU_CASES), indirect=["engine"])
 def test_forced_direct_equals_gemm(engine, case):
-    layer, bottom, top = set_up_case(*case)
-    dy = np.random.default_rng(7).normal(size=top[0].shape)
-    gemm = run_plan(layer, bottom, top, Plan.GEMM, dy)
-    direct = run_plan(layer, bottom, top, Plan.DIRECT, dy)
-    for what, got, want in zip(["top", "bottom diff", "weight diff", "bias diff"], direct,
-                               gemm):
-        assert_close(got, want, what)
+    assert_direct_equals_gemm(case)
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3], CASES[5], CASES[8]],
