@@ -16,15 +16,23 @@ _LEVEL_LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W",
 
 
 class GlogFormatter(logging.Formatter):
-    """Formats records the way glog prefixes its lines."""
+    """Formats records the way glog prefixes its lines.
+
+    A net of many layers logs hundreds of thousands of lines while it is set up, so the
+    date part is formatted once per second, and the thread id is read here (the handler
+    formats in the logging thread) rather than by a filter."""
+
+    _second = None
+    _stamp = ""
 
     def format(self, record):
         seconds = int(record.created)
+        if seconds != self._second:
+            self._stamp = time.strftime("%m%d %H:%M:%S", time.localtime(seconds))
+            self._second = seconds
         micros = int((record.created - seconds) * 1e6)
-        stamp = time.strftime("%m%d %H:%M:%S", time.localtime(seconds))
         letter = _LEVEL_LETTERS.get(record.levelno, "I")
-        thread = record.thread_native if hasattr(record, "thread_native") else 0
-        return (f"{letter}{stamp}.{micros:06d} {thread:>6d} "
+        return (f"{letter}{self._stamp}.{micros:06d} {threading.get_native_id():>6d} "
                 f"{record.filename}:{record.lineno}] {record.getMessage()}")
 
 
@@ -42,17 +50,10 @@ class GlogHandler(logging.StreamHandler):
         super().handleError(record)
 
 
-class _NativeThreadFilter(logging.Filter):
-    def filter(self, record):
-        record.thread_native = threading.get_native_id()
-        return True
-
-
 def setup_logging(stream=None, level=logging.INFO):
     """Send pycaffe's log lines to ``stream`` (stderr by default) in glog format."""
     handler = GlogHandler(stream or sys.stderr)
     handler.setFormatter(GlogFormatter())
-    handler.addFilter(_NativeThreadFilter())
     LOG.handlers[:] = [handler]
     LOG.setLevel(level)
     LOG.propagate = False

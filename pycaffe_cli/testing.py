@@ -13,7 +13,17 @@ A pair passes when ``|analytic - numeric| <= threshold * max(|analytic|, |numeri
 Elements within ``kink_range`` of ``kink`` (non-differentiable points such as ReLU's 0) are
 left out. The random source is re-seeded before every forward so stochastic layers (Dropout)
 see the same randomness each time.
+
+In GPU mode the analytic gradient comes from the GPU's forward and backward. The finite
+differences need two forwards per probe; by default (``numeric_engine="cpu"``) they run on the
+CPU engine, after checking that the CPU's forward gives the GPU's tops at the unperturbed point
+(so the GPU's backward is still checked against finite differences of the layer's function,
+and numba's CUDA simulator runs two GPU forwards per check instead of dozens).
+``numeric_engine="same"`` runs them in the current mode, as Caffe's GradientChecker does: for
+layers whose GPU random draws differ from the CPU's.
 """
+import contextlib
+
 import numpy as np
 
 from pycaffe_cli import backend
@@ -25,7 +35,7 @@ class GradientCheckFailure(AssertionError):
 
 def check_gradient(layer, bottom, top, check_bottom=None, check_params=True, stepsize=1e-2,
                    threshold=1e-2, seed=1701, kink=0.0, kink_range=-1.0, mode="random",
-                   directions=3, elements=8):
+                   directions=3, elements=8, numeric_engine="cpu"):
     """Check ``layer``'s backward against finite differences. The layer must be set up.
 
     Args:
@@ -37,6 +47,7 @@ def check_gradient(layer, bottom, top, check_bottom=None, check_params=True, ste
         seed: the random seed set before every forward.
         mode: "random" or "exhaustive".
         directions, elements: how many random directions / single elements (random mode).
+        numeric_engine: in GPU mode, "cpu" or "same": where the finite differences run.
 
     Raises:
         GradientCheckFailure: with the blob, element and both values.
@@ -49,18 +60,55 @@ def check_gradient(layer, bottom, top, check_bottom=None, check_params=True, ste
     weights = _top_weights(layer, bottom, top, seed)
     analytic = _analytic_gradients(layer, bottom, top, weights, propagate_down, checked, seed)
     probe = np.random.default_rng(seed + 1)
-    for (label, blob), grad in zip(checked, analytic):
-        for v, where in _probe_directions(blob, mode, directions, elements, kink, kink_range,
-                                          probe):
-            numeric = _directional_difference(layer, bottom, top, weights, blob, v, stepsize,
-                                              seed)
-            computed = float(np.dot(grad.ravel().astype(np.float64), v.ravel()))
-            scale = max(abs(computed), abs(numeric), 1.0)
-            if abs(computed - numeric) > threshold * scale:
-                raise GradientCheckFailure(
-                    f"{layer.type} layer {layer.name!r}: {label} {where}: analytic "
-                    f"{computed:.6g} vs numeric {numeric:.6g} (threshold {threshold} x "
-                    f"{scale:.3g})")
+    with _numeric_mode(numeric_engine, layer, bottom, top, seed):
+        for (label, blob), grad in zip(checked, analytic):
+            for v, where in _probe_directions(blob, mode, directions, elements, kink,
+                                              kink_range, probe):
+                numeric = _directional_difference(layer, bottom, top, weights, blob, v,
+                                                  stepsize, seed)
+                computed = float(np.dot(grad.ravel().astype(np.float64), v.ravel()))
+                scale = max(abs(computed), abs(numeric), 1.0)
+                if abs(computed - numeric) > threshold * scale:
+                    raise GradientCheckFailure(
+                        f"{layer.type} layer {layer.name!r}: {label} {where}: analytic "
+                        f"{computed:.6g} vs numeric {numeric:.6g} (threshold {threshold} x "
+                        f"{scale:.3g})")
+
+
+FORWARD_AGREEMENT = 1e-4   # |gpu - cpu| <= this x max(|gpu|, |cpu|, 1), element by element
+
+
+@contextlib.contextmanager
+def _numeric_mode(numeric_engine, layer, bottom, top, seed):
+    """The mode the finite differences run in (see the module's docstring)."""
+    if numeric_engine not in ("cpu", "same"):
+        raise ValueError(f"numeric_engine must be 'cpu' or 'same', got {numeric_engine!r}")
+    if numeric_engine == "same" or backend.mode() is not backend.Mode.GPU:
+        yield
+        return
+    device = backend.device()
+    gpu_tops = [blob.data.astype(np.float64) for blob in top]
+    backend.set_mode_cpu()
+    try:
+        _forward(layer, bottom, top, seed)
+        _check_forwards_agree(layer, top, gpu_tops)
+        yield
+    finally:
+        backend.set_mode_gpu(device)
+
+
+def _check_forwards_agree(layer, top, gpu_tops):
+    for i, (blob, gpu) in enumerate(zip(top, gpu_tops)):
+        cpu = blob.data.astype(np.float64)
+        allowed = FORWARD_AGREEMENT * np.maximum(np.maximum(np.abs(gpu), np.abs(cpu)), 1.0)
+        bad = np.flatnonzero(np.abs(gpu - cpu).ravel() > allowed.ravel())
+        if bad.size:
+            where = np.unravel_index(bad[0], blob.shape)
+            raise GradientCheckFailure(
+                f"{layer.type} layer {layer.name!r}: top[{i}] at {where}: the GPU's forward "
+                f"gives {gpu[where]:.8g}, the CPU's {cpu[where]:.8g}, so the CPU cannot stand "
+                "in for the GPU's finite differences (numeric_engine='same' runs them on the "
+                "GPU)")
 
 
 def _forward(layer, bottom, top, seed):

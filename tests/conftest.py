@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 import pycaffe_cli  # noqa: E402,F401
 from pycaffe_cli import backend  # noqa: E402
-from tests import launch_signatures  # noqa: E402
+from tests import launch_signatures, simulator_patches  # noqa: E402
 from tests.gpu_helpers import skip_without_cuda  # noqa: E402
 
 _RECORDING = pytest.StashKey[bool]()
@@ -34,7 +34,7 @@ def pytest_configure(config):
         from pycaffe_cli.cuda import launch
         launch.THREADS_PER_BLOCK = 32
         launch.MAX_BLOCKS = 2
-        _make_simulated_shared_arrays_thread_safe()
+        simulator_patches.apply()
         launch_signatures.start_recording()
         config.stash[_RECORDING] = True
 
@@ -55,38 +55,6 @@ def pytest_terminal_summary(terminalreporter, config):
                               "the declared types; see tests/launch_signatures.py):")
         for line in missing:
             terminalreporter.line(f"  {line}")
-
-
-def _make_simulated_shared_arrays_thread_safe():
-    """numba's simulator gives a block's threads one shared array per source line by looking
-    the line up in a dict and creating the array when missing, without a lock: two threads
-    reaching the line at once can each create their own (uninitialised) array, and the block's
-    reduction then reads garbage (seen as a rare wrong BatchNorm mean). Same lookup, locked."""
-    import sys
-    import threading
-
-    import numpy as np
-    from numba.core import types
-    from numba.cuda.simulator import kernelapi
-    from numba.np import numpy_support
-
-    lock = threading.Lock()
-    dynamic = kernelapi.FakeCUDAShared.array
-
-    def array(self, shape, dtype):
-        if shape == 0:
-            return dynamic(self, shape, dtype)
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)
-        with lock:
-            found = self._allocations.get(key)
-            if found is None:
-                found = self._allocations[key] = np.empty(shape, dtype)
-        return found
-
-    kernelapi.FakeCUDAShared.array = array
 
 
 def pytest_runtest_setup(item):
