@@ -185,6 +185,12 @@ class Layer:
         mode (no reshape, no loss): what the inference plan calls once shapes are set."""
         return self.forward_gpu if self._use_gpu("forward") else self.forward_cpu
 
+    def inference_pass(self):
+        """What the inference plan calls instead of ``forward_pass``: the same tops, but
+        nothing kept for a backward pass that will not come. Layers whose forward keeps
+        such state (max pooling's argmax mask) return a cheaper function."""
+        return self.forward_pass()
+
     def share_workspace(self, other):
         """Use the scratch buffers of ``other``, a layer of the same ``workspace_family``
         that never runs at the same time as this one."""

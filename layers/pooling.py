@@ -62,6 +62,7 @@ class PoolingLayer(Layer):
             raise self.error("padding is implemented only for average and max pooling")
         self._mask = None
         self._rand = None
+        self._mask_is_a_top = len(top) > 1
 
     def reshape(self, bottom, top):
         source = bottom[0]
@@ -103,6 +104,17 @@ class PoolingLayer(Layer):
         else:
             kernels.sto_pool_forward_test(x, y, _planes(self._rand),
                                           *self._window(padded=False))
+
+    def inference_pass(self):
+        """MAX pooling on the CPU without the argmax mask (only backward reads it), unless
+        the mask is a top of its own."""
+        if self.method == MAX and not self._mask_is_a_top and not self._use_gpu("forward"):
+            return self._max_values_cpu
+        return self.forward_pass()
+
+    def _max_values_cpu(self, bottom, top):
+        kernels.max_pool_forward_values(_planes(bottom[0].data), _planes(top[0].data),
+                                        *self._window())
 
     def backward_cpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
@@ -192,4 +204,3 @@ def _buffer(current, shape, dtype):
     if current is None or current.shape != shape or current.dtype != dtype:
         return np.zeros(shape, dtype)
     return current
-

@@ -9,7 +9,9 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
   (beyond sharing scratch buffers, below);
 * moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference_memory.py),
   and lets layers with scratch buffers (convolutions' column buffers) share one set;
-* runs its steps as a plain list of bound ``forward_cpu`` / ``forward_gpu`` methods: a layer's
+* runs its steps as a plain list of each layer's ``inference_pass()`` (its bound
+  ``forward_cpu`` / ``forward_gpu``, or a cheaper one that keeps nothing for backward: max
+  pooling without its argmax mask): a layer's
   reshape runs again only when shapes may have changed (the net's input shapes changed, or a
   layer whose output shape depends on the data -- a data layer, Filter, a Python layer, any
   loss -- produced a new shape; those run their full ``Layer.forward`` every time).
@@ -92,7 +94,7 @@ class InferencePlan:
         self._reshape_and_assign()
         self._sources = [blob for chain in self.chains for blob in chain.sources]
         self._versions = self._source_versions()
-        self._run = [(s.layer.forward if s.full else s.layer.forward_pass(),
+        self._run = [(s.layer.forward if s.full else s.layer.inference_pass(),
                       s.layer.reshape, s.bottoms, s.tops, s.top_shapes if s.full else None)
                      for s in self.steps]
 

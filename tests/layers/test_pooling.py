@@ -111,6 +111,34 @@ def test_max_matches_reference_and_gradient(params, num_tops, engine):
     check_gradient(layer, bottom, top, stepsize=1e-3)
 
 
+@pytest.mark.parametrize("params", GEOMETRIES + ["kernel_size: 3 stride: 2 pad: 2",
+                                                 "kernel_size: 5 stride: 3 pad: 1"])
+@pytest.mark.parametrize("shape", [(2, 3, 6, 5), (1, 2, 13, 17)])
+def test_inference_pass_gives_the_max_without_the_mask(params, shape):
+    # what the inference plan runs on the CPU: the same top, NaNs skipped, -inf floored
+    x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
+    x[0, 0, 0, :2] = np.nan
+    x[0, 1] = -np.inf
+    layer, bottom, top = set_up(pooling(params), [x])
+    layer.forward(bottom, top)
+    want = top[0].data.copy()
+    assert np.all(want[0, 1] == -np.finfo(np.float32).max)
+    top[0].data[...] = 7
+    mask = layer._mask.copy()
+    layer.inference_pass()(bottom, top)
+    np.testing.assert_array_equal(top[0].data, want)
+    np.testing.assert_array_equal(layer._mask, mask)   # not written
+
+
+def test_inference_pass_keeps_a_mask_top_and_the_other_methods(engine):
+    x = no_ties(np.random.default_rng(0), (2, 3, 6, 5))
+    for params, num_tops in (("kernel_size: 2", 2), ("kernel_size: 2 pool: AVE", 1)):
+        layer, bottom, top = set_up(pooling(params), [x], num_tops=num_tops)
+        assert layer.inference_pass() == layer.forward_pass()
+    layer, bottom, top = set_up(pooling("kernel_size: 2"), [x])
+    assert (layer.inference_pass() == layer.forward_pass()) == (engine == "gpu")
+
+
 @pytest.mark.parametrize("params", GEOMETRIES + [
     "kernel_h: 2 kernel_w: 3 stride_h: 1 stride_w: 2 pad: 1"])
 def test_ave_matches_reference_and_gradient(params, engine):
