@@ -5,12 +5,8 @@ computes: every kernel still runs one Python thread per CUDA thread, with real b
 """
 import sys
 import threading
-import time
 
 import numpy as np
-
-# How long the block's manager sleeps between looks at its threads (seconds).
-POLL_INTERVAL_S = 5e-5
 
 
 def apply():
@@ -49,32 +45,60 @@ def _make_simulated_shared_arrays_thread_safe():
 def _make_blocks_wait_without_spinning():
     """numba's simulator starts a block's threads, then checks them in a loop that never
     pauses: while it holds the GIL the simulated threads cannot run, and a kernel with
-    barriers (the reductions) spent ~90% of its time in that loop. Same checks, same order of
-    events (release the block when every live thread waits at the barrier, raise the first
-    thread's error), with a short sleep between looks."""
+    barriers (the reductions) spent ~90% of its time in that loop. Here the block's manager
+    sleeps on a condition that a thread signals when it reaches a barrier or ends, and
+    otherwise does what numba's does: release the block when every live thread waits at the
+    barrier, and raise the first thread's error after telling the others to abort."""
     from numba.cuda.simulator import kernel
 
-    def run(self, grid_point, *args):
+    thread_run = kernel.BlockThread.run
+
+    def run_and_signal(thread):
+        try:
+            thread_run(thread)   # keeps the kernel's error in thread.exception
+        finally:
+            with thread._manager.changed:
+                thread.ended = True
+                thread._manager.changed.notify()
+
+    def syncthreads(thread):
+        if thread.abort:
+            raise RuntimeError("abort flag set on syncthreads call")
+        with thread._manager.changed:
+            thread.syncthreads_blocked = True
+            thread._manager.changed.notify()
+        thread.syncthreads_event.wait()
+        thread.syncthreads_event.clear()
+        if thread.abort:
+            raise RuntimeError("abort flag set on syncthreads clear")
+
+    def run_block(self, grid_point, *args):
+        self.changed = threading.Condition()
         threads = []
         for block_point in np.ndindex(*self._block_dim):
             def target():
                 self._f(*args)
             thread = kernel.BlockThread(target, self, grid_point, block_point, self._debug)
-            thread.start()
+            thread.ended = False
             threads.append(thread)
-        live = threads
-        while live:
-            _raise_first_error(threads, [t for t in live if not t.syncthreads_blocked])
-            live = [t for t in live if t.is_alive()]
-            if live and all(t.syncthreads_blocked for t in live):
-                for t in live:
-                    t.syncthreads_blocked = False
-                    t.syncthreads_event.set()
-            else:
-                time.sleep(POLL_INTERVAL_S)
-        _raise_first_error(threads, threads)
+        for thread in threads:
+            thread.start()
+        with self.changed:
+            while True:
+                _raise_first_error(threads, [t for t in threads if t.ended])
+                live = [t for t in threads if not t.ended]
+                if not live:
+                    return
+                if all(t.syncthreads_blocked for t in live):
+                    for t in live:
+                        t.syncthreads_blocked = False
+                        t.syncthreads_event.set()
+                else:
+                    self.changed.wait()
 
-    kernel.BlockManager.run = run
+    kernel.BlockThread.run = run_and_signal
+    kernel.BlockThread.syncthreads = syncthreads
+    kernel.BlockManager.run = run_block
 
 
 def _raise_first_error(threads, candidates):

@@ -2,18 +2,13 @@
 
 Every device array pycaffe makes is a numba.cuda device array (a simulator array under
 NUMBA_ENABLE_CUDASIM=1), flat and float32 unless asked otherwise. CuPy, when installed, only
-ever *views* these arrays (through the CUDA array interface) to hand them to cuBLAS.
+ever *views* these arrays (through the CUDA array interface) to hand them to cuBLAS. This
+module defines no kernel (see pycaffe_cli/cuda/fill.py for why).
 """
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.cuda.launch import launch
-
-
-@cuda.jit(cache=True)
-def _fill_kernel(n, value, out):
-    for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        out[index] = value
+from pycaffe_cli.cuda.fill import fill  # noqa: F401 (memory.fill: caffe_gpu_set)
 
 
 def empty(count, dtype=np.float32):
@@ -37,11 +32,6 @@ def _out_of_memory(error):
     if type(error).__name__ == "CudaAPIError" and getattr(error, "code", None) == 2:
         return True
     return "OUT_OF_MEMORY" in str(error)
-
-
-def fill(out, value):
-    """Set every element of the flat device array ``out`` to ``value`` (caffe_gpu_set)."""
-    launch(_fill_kernel, out.size, out.dtype.type(value), out)
 
 
 def zeros(count, dtype=np.float32):

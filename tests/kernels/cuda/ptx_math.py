@@ -1,7 +1,7 @@
 """PTX signatures of the CUDA math and memory kernels: see compile_ptx_checks.py."""
 from numba import types
 
-from pycaffe_cli.cuda import math, memory
+from pycaffe_cli.cuda import fill, math
 
 i64, i32, f32, f64, boolean = types.int64, types.int32, types.float32, types.float64, types.b1
 flat = types.Array(f32, 1, "C")
@@ -9,7 +9,7 @@ flat_any = types.Array(f32, 1, "A")  # slices of a blob's buffer
 partials = types.Array(f64, 1, "C")
 
 KERNELS = [
-    (memory._fill_kernel, [(i64, f32, flat), (i64, f32, flat_any)]),
+    (fill._fill_kernel, [(i64, f32, flat), (i64, f32, flat_any)]),
     (math._gemm_kernel, [(i64, boolean, boolean, i64, i64, i64, f32, flat_any, flat_any, f32,
                           flat_any)]),
     (math._axpby_kernel, [(i64, f32, flat_any, f32, flat_any)]),

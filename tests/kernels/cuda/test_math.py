@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.cuda import math as gpu_math
-from pycaffe_cli.cuda import memory
+from pycaffe_cli.cuda import fill, memory
 
 pytestmark = pytest.mark.usefixtures("gpu_mode")
 RNG = np.random.default_rng(11)
@@ -175,3 +175,13 @@ def test_elementwise_functions():
     filled = memory.empty(7)
     memory.fill(filled, 2.5)
     np.testing.assert_array_equal(filled.copy_to_host(), np.full(7, 2.5))
+
+
+def test_memory_defines_no_kernel():
+    # numba's simulator swaps the `cuda` global of a kernel's module while the kernel runs;
+    # memory's host functions also run on the data prefetch thread, which then met the
+    # simulator's stand-in (test_data's GPU prefetch failed on `cuda.select_device`)
+    kernels = [name for name, value in vars(memory).items()
+               if type(value).__name__ in ("FakeCUDAKernel", "CUDADispatcher")]
+    assert kernels == []
+    assert memory.fill is fill.fill
