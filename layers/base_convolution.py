@@ -14,17 +14,16 @@ Convolution runs them as forward / (weight, backward) and Deconvolution as backw
 (weight, forward). 1x1 windows with stride 1 and no pad need no im2col: the input itself is
 the column matrix of each image, multiplied in place by batched GEMMs. Buffers are allocated
 in ``reshape`` and reused; batches whose column buffer would exceed ``COL_BUFFER_LIMIT``
-elements run in a few blocks of images.
-
-The GEMMs see the output side as (C_out, count P) while blobs hold (count, C_out, P): the
-layout kernels reorder it, adding the bias on the way out (and, on the CPU, summing the bias
-gradient on the way back in, to the bit what numpy's sums gave).
+elements run in a few blocks of images (else a Convolution's weight gradient reuses the
+columns its forward left). The GEMMs see the output side as (C_out, count P) while blobs hold
+(count, C_out, P): the layout kernels reorder it, adding the bias on the way out (and, on the
+CPU, summing the bias gradient on the way back in, to the bit what numpy's sums gave).
 
 Layers whose groups make those GEMMs tiny (depthwise ones: one channel in and out per group),
-and ungrouped convolutions whose window is (LeNet conv1: 1 x 5 x 5 -> 20), run the DIRECT plan
-instead, chosen per layer at reshape (base_convolution_plan.py): the same three passes as
-window sums on the blob layouts -- no im2col, no reordering, no buffers, the whole batch in
-one block -- through the backends' ``direct_*`` primitives (kernels/*/depthwise.py).
+and ungrouped convolutions with a tiny window (LeNet conv1: 1 x 5 x 5 -> 20), run the DIRECT
+plan instead, chosen per layer at reshape (base_convolution_plan.py): the three passes as
+window sums on the blob layouts, no buffers, the whole batch in one block, through the
+backends' ``direct_*`` primitives (kernels/*/depthwise.py).
 
 The plan is written once, here, over a backend object chosen by the mode: ``CpuConvBackend``
 (numpy arrays) or ``GpuConvBackend`` (device arrays), see base_convolution_backend.py. The
@@ -107,10 +106,7 @@ class ColumnGeometry:
 
 
 def _drop_leading_ones(shape):
-    shape = tuple(shape)
-    while shape and shape[0] == 1:
-        shape = shape[1:]
-    return shape
+    return tuple(shape)[next((i for i, size in enumerate(shape) if size != 1), len(shape)):]
 
 
 class BaseConvolutionLayer(Layer):
@@ -248,6 +244,18 @@ class BaseConvolutionLayer(Layer):
         """(first image, image count) of each block of the batch."""
         return [(n, min(self.block, self.num - n)) for n in range(0, self.num, self.block)]
 
+    # --- the column buffer kept from forward to backward --------------------------------
+    def note_columns(self, be, x):
+        """After ``x``'s forward in one block on the GEMM plan, the column buffer holds
+        im2col(x): backward's weight gradient reuses it (Caffe runs im2col again) while
+        nothing has written ``x`` (its write count) or the buffer (``_col_buffer``)."""
+        whole = self.plan is Plan.GEMM and not self.is_1x1 and self.block >= self.num
+        be.columns_of = (self, x.data_memory, x.data_memory.version) if whole else None
+
+    def columns_hold(self, be, x):
+        """Whether the column buffer still holds im2col(x); ask before reading ``x``."""
+        return be.columns_of == (self, x.data_memory, x.data_memory.version)
+
     # --- mode -> backend -----------------------------------------------------------------
     def forward_cpu(self, bottom, top):
         self.forward_with(self.cpu_backend, bottom, top)
@@ -299,6 +307,7 @@ class BaseConvolutionLayer(Layer):
         return GemmDims(self.group, self.conv_out_channels // self.group, self.kernel_dim, cols)
 
     def _col_buffer(self, be, count):
+        be.columns_of = None  # whoever asks may write it (see note_columns)
         return be.col_buffer(self.kernel_dim * self.group * self.out_spatial_dim * count)
 
     def _im2col(self, be, im, count):
@@ -355,15 +364,16 @@ class BaseConvolutionLayer(Layer):
         be.gemm_groups(True, weights, y, col, self._dims(count * self.out_spatial_dim))
         be.col2im(self.geometry, col, count, im)
 
-    def weight_gemm(self, be, im, mat, count, mat_transposed=None):
+    def weight_gemm(self, be, im, mat, count, mat_transposed=None, skip_im2col=False):
         """dW += mat @ im2col(im)^T; returns ``mat`` transposed for a following
         backward_gemm (``mat_transposed`` if given), and leaves im2col(im) in the column
-        buffer (on the GEMM plan; the DIRECT one returns None)."""
+        buffer (on the GEMM plan; the DIRECT one returns None). With ``skip_im2col``, the
+        column buffer already holds im2col(im)."""
         if self.plan is Plan.DIRECT:
             be.direct_weight_grad(self.geometry, im, mat, count, self.conv_out_channels,
                                   self.group, be.write_diff(self.blobs[0]))
             return None
-        col = self._im2col(be, im, count)
+        col = self._col_buffer(be, count) if skip_im2col else self._im2col(be, im, count)
         y = self._to_channels(be, mat, count) if mat_transposed is None else mat_transposed
         be.weight_grad(y, col, be.write_diff(self.blobs[0]),
                        self._dims(count * self.out_spatial_dim))

@@ -54,6 +54,7 @@ class CpuConvBackend:
     """The plan's primitives on flat host (numpy) arrays."""
 
     fuses_bias_sums = True  # to_channels can sum the bias gradient on its way
+    columns_of = None  # what the column buffer holds: see BaseConvolutionLayer.note_columns
 
     def __init__(self):
         self._col = np.empty(0, np.float32)
@@ -183,6 +184,7 @@ class GpuConvBackend:
     """The plan's primitives on flat device arrays (2-d windows: the CUDA im2col is 2-d)."""
 
     fuses_bias_sums = False  # the bias gradient is two GEMVs (``bias_grad``)
+    columns_of = None  # what the column buffer holds: see BaseConvolutionLayer.note_columns
 
     def __init__(self):
         from pycaffe_cli.cuda import math, memory

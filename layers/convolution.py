@@ -34,6 +34,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
             for first, count in self.blocks():
                 self.forward_gemm(be, self.im_block(x_data, first, count),
                                   self.mat_block(y_data, first, count), count, bias)
+            self.note_columns(be, x)
 
     def backward_with(self, be, top, propagate_down, bottom):
         weights_down = self.param_propagate_down[0]
@@ -49,13 +50,14 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 self.backward_bias(be, dy)
             if not (weights_down or propagate_down[i]):
                 continue
+            kept = weights_down and self.columns_hold(be, x)
             for first, count in self.blocks():
                 dy_block = self.mat_block(dy, first, count)
                 dy_transposed = self._to_channels(be, dy_block, count, sums) if reorder \
                     else None
                 if weights_down:
                     self.weight_gemm(be, self.im_block(be.read_data(x), first, count), dy_block,
-                                     count, dy_transposed)
+                                     count, dy_transposed, skip_im2col=kept)
                 if propagate_down[i]:
                     self.backward_gemm(be, dy_block, self.im_block(be.write_diff(x), first, count),
                                        count, dy_transposed)

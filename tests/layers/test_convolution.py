@@ -299,3 +299,59 @@ def test_nd_windows_fall_back_to_the_cpu_in_gpu_mode(gpu_mode, caplog, monkeypat
                         (1,) * 3, 1)
     np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-5, atol=1e-5)
     assert "have no GPU path; running them on the CPU" in caplog.text
+
+
+def count_im2col(layer):
+    """Count the layer's im2col runs (either mode) in ``calls``."""
+    calls = []
+    for name in ("im2col", "gpu_im2col"):
+        original = getattr(layer.geometry, name)
+        setattr(layer.geometry, name, lambda *args, _f=original: (calls.append(1), _f(*args)))
+    return calls
+
+
+def weight_gradient(layer, bottom, top, dy):
+    top[0].diff[...] = dy
+    layer.blobs[0].diff[...] = 0
+    layer.backward(top, [False], bottom)
+    return layer.blobs[0].cpu_diff.copy()
+
+
+def fresh_weight_gradient(x, weights, dy):
+    layer, bottom, top = set_up(conv("kernel_size: 3 num_output: 4"), [x])
+    layer.blobs[0].data[...] = weights
+    layer.forward(bottom, top)
+    return weight_gradient(layer, bottom, top, dy)
+
+
+def test_weight_gradient_reuses_the_forward_columns_while_they_hold(engine):
+    rng = np.random.default_rng(3)
+    x, x2 = rng.normal(size=(2, 2, 3, 6, 6))
+    dy = rng.normal(size=(2, 4, 4, 4))
+    layer, bottom, top = set_up(conv("kernel_size: 3 num_output: 4"), [x])
+    weights = layer.blobs[0].data.copy()
+    layer.forward(bottom, top)
+    calls = count_im2col(layer)
+    np.testing.assert_array_equal(weight_gradient(layer, bottom, top, dy),
+                                  fresh_weight_gradient(x, weights, dy))
+    assert calls == []   # the columns of the forward
+    bottom[0].data[...] = x2   # written since: the columns are stale
+    np.testing.assert_array_equal(weight_gradient(layer, bottom, top, dy),
+                                  fresh_weight_gradient(x2, weights, dy))
+    assert calls == [1]
+
+
+def test_a_layer_sharing_the_column_buffer_makes_the_columns_stale():
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(2, 2, 3, 6, 6))
+    dy = rng.normal(size=(2, 4, 4, 4))
+    first, bottom, top = set_up(conv("kernel_size: 3 num_output: 4"), [x])
+    second, other_bottom, other_top = set_up(conv("kernel_size: 3 num_output: 4"), [y])
+    second.share_workspace(first)
+    weights = first.blobs[0].data.copy()
+    first.forward(bottom, top)
+    second.forward(other_bottom, other_top)   # overwrites the shared column buffer
+    calls = count_im2col(first)
+    np.testing.assert_array_equal(weight_gradient(first, bottom, top, dy),
+                                  fresh_weight_gradient(x, weights, dy))
+    assert calls == [1]
