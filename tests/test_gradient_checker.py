@@ -96,8 +96,8 @@ def test_in_gpu_mode_a_wrong_gpu_backward_is_caught(gpu_mode):
 
 def test_a_gpu_forward_the_cpu_does_not_match_is_caught(gpu_mode):
     layer, bottom, top = make_gpu(gpu_offset=1e-3)
-    with pytest.raises(GradientCheckFailure, match="top\\[0\\] at .*the GPU's forward gives "
-                                                    ".*numeric_engine='same'"):
+    expected = "top\\[0\\] at .*the GPU's forward gives .*numeric_engine='same'"
+    with pytest.raises(GradientCheckFailure, match=expected):
         check_gradient(layer, bottom, top)
     assert backend.mode() is backend.Mode.GPU
 
