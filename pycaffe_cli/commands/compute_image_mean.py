@@ -9,7 +9,6 @@ import numpy as np
 
 from pycaffe_cli.commands import subcommand
 from pycaffe_cli.data.db import backend_from_name, open_db
-from pycaffe_cli.data.image_datum import datum_values, decode_datum_native
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.blob_proto import fill_blob_proto
 from pycaffe_cli.io.prototxt import write_blob_proto
@@ -51,6 +50,7 @@ def compute_mean(path, backend=caffe_pb2.DataParameter.LMDB):
         CaffeError: an empty or unreadable database, or a Datum whose size differs from the
             first one's channels x height x width.
     """
+    from pycaffe_cli.data.image_datum import datum_values, decode_datum_native
     database = open_db(path, backend, "r")
     try:
         cursor = database.cursor()

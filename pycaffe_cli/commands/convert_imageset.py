@@ -17,7 +17,6 @@ every 1000 images. Choices where Caffe leaves things undefined or crashes:
 from pycaffe_cli.backend import rng, set_random_seed
 from pycaffe_cli.commands import subcommand
 from pycaffe_cli.data.db import backend_from_name
-from pycaffe_cli.data.image_datum import DatumWriter, image_format, read_image_to_datum
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import read_input_text
 from pycaffe_cli.log import LOG
@@ -67,6 +66,7 @@ def convert_imageset(rootfolder, listfile, db_name, gray, shuffle, backend, resi
         LOG.info("encode_type specified, assuming encoded=true.")
     encoded = encoded or bool(encode_type)
     if encode_type:
+        from pycaffe_cli.data.image_datum import image_format
         image_format(encode_type)  # an unknown type fails before the database is made
     if encoded and check_size:
         raise CaffeError("convert_imageset: --check_size cannot check encoded images (their "
@@ -113,6 +113,7 @@ def _image_path(rootfolder, filename):
 def _write_images(rootfolder, lines, db_name, db_backend, height, width, is_color, encoded,
                   encode_type, check_size):
     """Store every readable image; return how many were skipped."""
+    from pycaffe_cli.data.image_datum import DatumWriter, read_image_to_datum
     data_size = None
     skipped = 0
     with DatumWriter(db_name, db_backend) as writer:

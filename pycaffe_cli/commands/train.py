@@ -10,7 +10,6 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.parallel import launch as launcher
 from pycaffe_cli.signals import SignalHandler
-from pycaffe_cli.solvers.run_lock import snapshot_prefix_lock
 
 
 @subcommand("train", summary="train or finetune a model",
@@ -51,6 +50,7 @@ def train(solver, weights, snapshot, gpu, level, stage, sigint_effect, sighup_ef
         handler = stack.enter_context(SignalHandler(sigint_effect, sighup_effect))
         the_solver = create_solver(param, solver_path=solver, action_callback=handler.action)
         if comm.is_root:
+            from pycaffe_cli.solvers.run_lock import snapshot_prefix_lock
             stack.enter_context(snapshot_prefix_lock(the_solver.param.snapshot_prefix))
         if snapshot:
             LOG.info(f"Resuming from {snapshot}")
