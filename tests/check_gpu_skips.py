@@ -31,8 +31,9 @@ def test_without_a_device_the_gpu_tests_skip_cleanly():
     assert int(summary[1]) > 2000 and int(summary[2]) > 500, summary[0]
     reasons = {line.split(": ", 1)[1] for line in done.stdout.splitlines()
                if line.startswith("SKIPPED")}
-    # the PTX check also skips where no CUDA compiler is installed, simulator or not, and the
-    # real read-only-folder snapshot test where root can write anyway (as in CI)
+    # the PTX check also skips where no CUDA compiler is installed, simulator or not; the
+    # real read-only-folder snapshot test where root can write anyway (as in CI); and the
+    # tests of our mends to the simulator itself
     expected = (NO_CUDA, "needs a CUDA device", "no NVVM (CUDA toolkit) here",
-                "root writes into read-only folders")
+                "root writes into read-only folders", "tests numba's CUDA simulator")
     assert all(reason.startswith(expected) for reason in reasons), reasons

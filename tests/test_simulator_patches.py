@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from numba import config
 
-pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the CUDA simulator is off")
+pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM,
+                                reason="tests numba's CUDA simulator, which is off")
 
 
 def run_block(function, threads, *args, block=(0, 0, 0)):
