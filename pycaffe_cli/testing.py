@@ -87,7 +87,7 @@ def _numeric_mode(numeric_engine, layer, bottom, top, seed):
         yield
         return
     device = backend.device()
-    gpu_tops = [blob.data.astype(np.float64) for blob in top]
+    gpu_tops = [blob.cpu_data.astype(np.float64) for blob in top]
     backend.set_mode_cpu()
     try:
         _forward(layer, bottom, top, seed)
@@ -99,7 +99,7 @@ def _numeric_mode(numeric_engine, layer, bottom, top, seed):
 
 def _check_forwards_agree(layer, top, gpu_tops):
     for i, (blob, gpu) in enumerate(zip(top, gpu_tops)):
-        cpu = blob.data.astype(np.float64)
+        cpu = blob.cpu_data.astype(np.float64)
         allowed = FORWARD_AGREEMENT * np.maximum(np.maximum(np.abs(gpu), np.abs(cpu)), 1.0)
         bad = np.flatnonzero(np.abs(gpu - cpu).ravel() > allowed.ravel())
         if bad.size:

@@ -11,7 +11,7 @@ import numpy as np
 
 def apply():
     _make_simulated_shared_arrays_thread_safe()
-    _make_blocks_wait_without_spinning()
+    _run_blocks_on_pooled_threads()
 
 
 def _make_simulated_shared_arrays_thread_safe():
@@ -42,7 +42,7 @@ def _make_simulated_shared_arrays_thread_safe():
     kernelapi.FakeCUDAShared.array = array
 
 
-def _make_blocks_wait_without_spinning():
+def _run_blocks_on_pooled_threads():
     """numba's simulator starts a new Python thread for every CUDA thread of every block
     (starting one waits for it: three quarters of a kernel's time), then checks them in a
     loop that never pauses (while it holds the GIL the simulated threads cannot run: a kernel
