@@ -191,6 +191,11 @@ class Layer:
         such state (max pooling's argmax mask) return a cheaper function."""
         return self.forward_pass()
 
+    def forget_weight_transforms(self):
+        """Drop anything computed from the weights and kept (an inference pass's transformed
+        weights): the inference plan's ``refold`` calls it after weights were written through
+        an array kept from before, which their SyncedMemory version does not count."""
+
     def share_workspace(self, other):
         """Use the scratch buffers of ``other``, a layer of the same ``workspace_family``
         that never runs at the same time as this one."""

@@ -14,6 +14,11 @@ DIRECT_MAX_OUT = 8
 DIRECT_MAX_DEPTH = 32
 DIRECT_MAX_ROWS = 32
 DIRECT_MIN_BATCH = 16
+# The inference pass's Winograd F(4x4, 3x3): the fewest output tiles in the batch, input and
+# output channels (see winograd_fits).
+WINOGRAD_MIN_TILES = 16
+WINOGRAD_MIN_IN = 16
+WINOGRAD_MIN_OUT = 32
 
 
 class Plan(enum.Enum):
@@ -58,3 +63,21 @@ def choose_plan(use_2d, group, in_per_group, out_per_group, taps=1, num=1):
     if in_per_group <= DIRECT_MAX_IN and out_per_group <= DIRECT_MAX_OUT:
         return Plan.DIRECT
     return Plan.GEMM
+
+
+def winograd_fits(channels, out_channels, tiles):
+    """Whether the inference plan runs a 3x3, stride-1, one-group convolution as Winograd
+    F(4x4, 3x3) (kernels/cpu/winograd.py): ``tiles`` 4x4 output tiles in the batch.
+
+    Its 36 GEMMs are (out_channels x channels) @ (channels x tiles): with few tiles, or few
+    channels, they run far below BLAS's rate, and the transforms cost as much as the GEMMs
+    save. Measured on the 2-core CPU (inference pass, ms, GEMM plan / Winograd, batch 1
+    unless said): 64 -> 192 at 56x56 3.76 / 2.47 (batch 10: 40.5 / 20.0), 64 -> 64 at 56x56
+    2.22 / 1.37, 128 -> 128 at 28x28 1.43 / 0.97, 16 -> 64 at 56x56 0.97 / 0.91 (batch 10:
+    4.9 / 4.4), 32 -> 128 at 28x28 (batch 10) 3.7 / 2.9, 48 -> 192 at 14x14 (16 tiles)
+    0.56 / 0.44, 128 -> 128 at 14x14 0.54 / 0.46; losses: 16 -> 16 at 56x56 0.21 / 0.26,
+    3 -> 64 at 224x224 2.7 / 5.6, 8 -> 16 at 28x28 0.11 / 0.15, 7x7 outputs (4 tiles):
+    256 -> 256 0.69 / 0.91, 192 -> 384 0.68 / 1.22, 512 -> 512 at batch 2 (8 tiles) 3.5 /
+    4.6 (at batch 4, 16 tiles: 6.1 / 4.9)."""
+    return tiles >= WINOGRAD_MIN_TILES and channels >= WINOGRAD_MIN_IN \
+        and out_channels >= WINOGRAD_MIN_OUT

@@ -15,17 +15,88 @@ floor((in + 2 pad - dilation (k - 1) - 1) / stride) + 1. As GEMMs over the im2co
 Several bottoms may be given; each is convolved with the same filters into its own top.
 One plan for both modes: the GEMMs run on the mode's backend (base_convolution_backend.py).
 """
+import math
+
+from pycaffe_cli import backend
 from pycaffe_cli.layers.base import register
-from pycaffe_cli.layers.base_convolution import BaseConvolutionLayer
-from pycaffe_cli.layers.base_convolution_plan import Plan
+from pycaffe_cli.layers.base_convolution import COL_BUFFER_LIMIT, BaseConvolutionLayer
+from pycaffe_cli.layers.base_convolution_plan import Plan, winograd_fits
+from pycaffe_cli.layers.kernels.cpu import winograd
 
 
 @register("Convolution", v1="CONVOLUTION")
 class ConvolutionLayer(BaseConvolutionLayer):
     """N-d convolution over the axes after ``convolution_param.axis``."""
 
+    force_winograd = None  # True / False: whether the inference pass runs Winograd (tests)
+
     def compute_output_shape(self, in_shape):
         return self.geometry.output_shape(in_shape)
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.winograd_block = self._winograd_block()
+        if self.winograd_block:
+            self.cpu_backend.reserve(winograd.POINTS * self.channels * self.winograd_block,
+                                     winograd.POINTS * self.num_output * self.winograd_block)
+
+    def _winograd_block(self):
+        """Tiles per block of the inference pass's Winograd F(4x4, 3x3) (0: not used): 3x3
+        windows, stride 1, no dilation, one group, in CPU mode, where ``winograd_fits`` (or
+        ``force_winograd``) says so; as many tiles as keep its two scratch arrays within
+        COL_BUFFER_LIMIT."""
+        g = self.geometry
+        plain_3x3 = (g.use_2d and g.kernel == (3, 3) and g.stride == (1, 1)
+                     and g.dilation == (1, 1) and self.group == 1)
+        if not plain_3x3 or backend.mode() is not backend.Mode.CPU:
+            return 0
+        tiles = self.num * math.prod(winograd.tile_counts(*g.out_shape))
+        wanted = self.force_winograd
+        if wanted is None:
+            wanted = winograd_fits(self.channels, self.num_output, tiles)
+        if not wanted:
+            return 0
+        per_tile = winograd.POINTS * (self.channels + self.num_output)
+        return max(1, min(tiles, COL_BUFFER_LIMIT // per_tile))
+
+    def inference_pass(self):
+        """On the CPU, layers with a ``winograd_block`` run Winograd F(4x4, 3x3)
+        (kernels/cpu/winograd.py): within ~3e-6 of the exact convolution, relative to the
+        largest output, where the GEMM path is within ~6e-7. Training and plain forwards
+        keep the GEMMs."""
+        if self._use_gpu("forward"):
+            return self.forward_pass()
+        return self._forward_inference_cpu
+
+    def _forward_inference_cpu(self, bottom, top):
+        if not self.winograd_block:
+            self.forward_cpu(bottom, top)
+            return
+        be = self.cpu_backend
+        weights = self._winograd_weights()
+        bias = self.blobs[1].cpu_data if self.bias_term else None
+        (height, width), (pad_h, pad_w) = self.geometry.im_shape, self.geometry.pad
+        block = self.winograd_block
+        v = be.col_buffer(winograd.POINTS * self.channels * block)
+        m = be.mat_buffer(winograd.POINTS * self.num_output * block)
+        be.columns_of = None  # the column buffer now holds Winograd's scratch
+        for x, y in zip(bottom, top):
+            winograd.forward(x.flat_data, self.num, self.channels, height, width, pad_h,
+                             pad_w, weights, self.num_output, bias, self.fused_relu_slope,
+                             y.flat_data, v, m, block)
+
+    def _winograd_weights(self):
+        """The weights' Winograd transform, recomputed after a write to them (their
+        SyncedMemory version) or ``forget_weight_transforms``."""
+        memory = self.blobs[0].data_memory
+        key = (memory, memory.version)
+        if getattr(self, "_winograd_key", None) != key:
+            self._winograd_u = winograd.transform_weights(self.blobs[0].cpu_data)
+            self._winograd_key = key
+        return self._winograd_u
+
+    def forget_weight_transforms(self):
+        self._winograd_key = None
 
     def forward_with(self, be, bottom, top):
         bias = be.read_data(self.blobs[1]) if self.bias_term else None

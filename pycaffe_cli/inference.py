@@ -7,6 +7,9 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
   layer with folded weights, and in CPU mode applies a ReLU after it where the layer adds
   its bias (pycaffe_cli/inference_fold.py); the net's own layers and params are not changed
   (beyond sharing scratch buffers, below);
+* on the CPU runs 3x3 convolutions with stride 1 as Winograd F(4x4, 3x3) where that pays
+  (layers/convolution.py, kernels/cpu/winograd.py): another rounding, within ~3e-6 of the
+  exact convolution where the GEMMs are within ~6e-7;
 * moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference_memory.py),
   and lets layers with scratch buffers (convolutions' column buffers) share one set;
 * runs its steps as a plain list of each layer's ``inference_pass()`` (its bound
@@ -17,7 +20,8 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
   loss -- produced a new shape; those run their full ``Layer.forward`` every time).
 
 The net's outputs, its inputs and the blobs named in ``keep`` keep the values the plain
-``Net.forward`` gives them (folded weights change the last bits: within 1e-5 relative);
+``Net.forward`` gives them (folded weights and Winograd change the last bits: within 1e-5
+relative);
 other blobs' values after a forward are undefined. Folded weights are recomputed before a
 forward when a blob they come from was written through an accessor since (see
 ``SyncedMemory.version``); after writing weights through an array kept from before, call
@@ -88,6 +92,8 @@ class InferencePlan:
         for chain in self.chains:
             make_layer(net, chain)
         self.steps = self._make_steps()
+        for step in self.steps:  # a new plan transforms weights anew (see refold)
+            step.layer.forget_weight_transforms()
         self._share_workspaces()
         skipped = [blob_id for chain in self.chains for blob_id in chain.skipped]
         self.memory = MemoryPlan(net, self.steps, protected, skipped)
@@ -185,9 +191,11 @@ class InferencePlan:
         return loss
 
     def refold(self):
-        """Recompute every folded weight from the net's blobs now."""
+        """Recompute every folded (and transformed) weight from the net's blobs now."""
         for chain in self.chains:
             fold(self.net, chain)
+        for step in self.steps:
+            step.layer.forget_weight_transforms()
         self._versions = self._source_versions()
 
     def _refold_changed(self):
@@ -219,7 +227,8 @@ class InferencePlan:
         return [step.at] + chain.affine + ([chain.relu] if chain.relu is not None else [])
 
     def summary(self):
-        """One line: what was folded, fused and shared, and the blob memory before/after."""
+        """One line: what was folded, fused, run as Winograd and shared, and the blob memory
+        before/after."""
         folded, producers = set(), {}
         for chain in self.chains:
             if chain.affine:
@@ -234,6 +243,9 @@ class InferencePlan:
                          f"{sum(producers.values())} {'/'.join(sorted(producers))} layers")
         if relus:
             parts.append(f"fused {relus} ReLU layers")
+        winograd = sum(bool(getattr(step.layer, "winograd_block", 0)) for step in self.steps)
+        if winograd:
+            parts.append(f"ran {winograd} Convolution layers as Winograd F(4x4, 3x3)")
         memory = self.memory
         parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers (blob memory "
                      f"{memory.before_bytes / MB:.1f} MB -> {memory.after_bytes / MB:.1f} MB)")

@@ -270,3 +270,34 @@ def test_reshape_runs_only_when_shapes_change(monkeypatch):
     plan.forward()
     assert calls and set(calls) == {"out"}
     assert net.blob_by_name("out").shape == (1, 6, 5, 5)
+
+
+WINOGRAD_NET = (INPUT % "dim: 2 dim: 16 dim: 16 dim: 16") + """
+layer { name: "p" type: "Convolution" bottom: "data" top: "y"
+        convolution_param { num_output: 32 kernel_size: 3 pad: 1 } }
+layer { name: "relu" type: "ReLU" bottom: "y" top: "y" }
+layer { name: "out" type: "Power" bottom: "y" top: "out" }
+"""
+
+
+def test_winograd_layers_are_reported_and_follow_refold():
+    net = build(WINOGRAD_NET)
+    fill_randomly(net, np.random.default_rng(8))
+    plan = InferencePlan(net)
+    assert "ran 1 Convolution layers as Winograd F(4x4, 3x3)" in plan.summary()
+
+    def check():
+        plain = copy_net(net, WINOGRAD_NET)
+        plain.forward()
+        plan.forward()
+        assert relative(net.blob_by_name("out").data, plain.blob_by_name("out").data) < 1e-5
+
+    check()
+    held = net.layer_by_name("p").blobs[0].data   # a view kept from before ...
+    plan.forward()
+    held[...] *= -1                               # ... written without an accessor
+    plan.refold()                                 # drops the transformed weights too
+    check()
+    held[...] *= 2
+    plan = InferencePlan(net)                     # and so does a new plan
+    check()

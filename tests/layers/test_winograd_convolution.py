@@ -1,0 +1,186 @@
+"""Winograd F(4x4, 3x3) in the inference pass of Convolution: the kernels against naive
+window sums (float64), which layers take it (base_convolution_plan.winograd_fits), and when
+the transformed weights are recomputed."""
+import numpy as np
+import pytest
+
+from pycaffe_cli import backend
+from pycaffe_cli.layers.base_convolution_plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
+    WINOGRAD_MIN_TILES, winograd_fits
+from pycaffe_cli.layers.kernels.cpu import winograd
+from tests.layer_helpers import set_up
+from tests.layers.conv_reference import convolve
+
+# Relative to the largest output: float32 Winograd on unit-scale data stays within ~3e-6
+# (the module's docstring); a wrong transform coefficient is off by O(1).
+TOLERANCE = 1e-5
+
+KERNEL_CASES = [  # num, channels, out_channels, height, width, pad, tiles a block
+    (1, 1, 1, 6, 6, 0, 1000),    # one tile, no padding
+    (2, 3, 5, 9, 11, 1, 1000),   # edge tiles cut off on both axes
+    (3, 4, 6, 8, 8, 1, 5),       # blocks of 5 tiles crossing images
+    (1, 2, 3, 4, 7, 2, 3),       # pad 2: outputs larger than the input
+    (2, 16, 32, 10, 6, 1, 7),
+    (1, 5, 4, 3, 3, 1, 1),       # one tile a block
+]
+
+
+def reference(x, weights, bias, pad, relu_slope):
+    want = convolve(x, weights, bias, (pad, pad), (1, 1), (1, 1), 1)
+    if relu_slope is not None:
+        want = np.where(want > 0, want, want * relu_slope)
+    return want
+
+
+def run_kernel(x, weights, bias, pad, relu_slope, block):
+    num, channels, height, width = x.shape
+    out_channels = weights.shape[0]
+    out = np.full((num, out_channels, height + 2 * pad - 2, width + 2 * pad - 2), np.nan,
+                  np.float32)
+    v = np.empty(winograd.POINTS * channels * block, np.float32)
+    m = np.empty(winograd.POINTS * out_channels * block, np.float32)
+    winograd.forward(x.ravel(), num, channels, height, width, pad, pad,
+                     winograd.transform_weights(weights), out_channels, bias, relu_slope,
+                     out.ravel(), v, m, block)
+    return out
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("with_bias, relu_slope", [(True, None), (False, None), (True, 0.0),
+                                                   (True, 0.25)])
+def test_kernel_matches_window_sums(case, with_bias, relu_slope):
+    num, channels, out_channels, height, width, pad, block = case
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((num, channels, height, width)).astype(np.float32)
+    weights = rng.standard_normal((out_channels, channels, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32) if with_bias else None
+    got = run_kernel(x, weights, bias, pad, relu_slope, block)
+    want = reference(x, weights, bias, pad, relu_slope)
+    assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
+
+
+def test_kernel_error_on_a_googlenet_sized_layer():
+    """96 -> 128 channels at 14x14 (ReLU'd unit-scale input, He-scaled weights): the error the
+    module's docstring states."""
+    rng = np.random.default_rng(5)
+    x = np.maximum(rng.standard_normal((2, 96, 14, 14)), 0).astype(np.float32)
+    weights = (rng.standard_normal((128, 96, 3, 3)) * np.sqrt(2 / 864)).astype(np.float32)
+    got = run_kernel(x, weights, None, 1, None, 1000)
+    want = reference(x, weights, None, 1, None)
+    assert np.abs(got - want).max() <= 4e-6 * np.abs(want).max()
+
+
+def test_weight_transform_is_exact_in_float64():
+    """U = G g G^T at the points 0, 1, -1, 1/2, -2: a filter of one 1 at (i, j) transforms
+    to the outer product of G's columns i and j."""
+    weights = np.zeros((9, 1, 3, 3), np.float32)
+    for k in range(9):
+        weights[k, 0, k // 3, k % 3] = 1
+    u = winograd.transform_weights(weights).reshape(6, 6, 9)
+    for k in range(9):
+        want = np.outer(winograd._G[:, k // 3], winograd._G[:, k % 3]).astype(np.float32)
+        np.testing.assert_array_equal(u[:, :, k], want)
+
+
+def conv_layer(shape, params, seed=0):
+    backend.set_random_seed(seed)
+    x = np.random.default_rng(seed + 1).standard_normal(shape)
+    text = (f'name: "conv" type: "Convolution" convolution_param {{ '
+            f'weight_filler {{ type: "gaussian" std: 0.1 }} '
+            f'bias_filler {{ type: "uniform" min: -1 max: 1 }} {params} }}')
+    return set_up(text, [x])
+
+
+WINOGRAD_SHAPE = (2, WINOGRAD_MIN_IN, 16, 16)  # 2 images x 16 tiles
+
+
+def test_inference_pass_runs_winograd_close_to_the_gemm_plan():
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                                                    "kernel_size: 3 pad: 1")
+    assert layer.winograd_block == 32
+    layer.forward(bottom, top)
+    want = top[0].data.copy()
+    layer.inference_pass()(bottom, top)
+    got = top[0].data
+    assert not np.array_equal(got, want)  # another summation: the pass did run Winograd
+    assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
+
+
+def test_fused_relu_and_a_forced_gemm_plan():
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                                                    "kernel_size: 3 pad: 1")
+    layer.forward(bottom, top)
+    want = np.maximum(top[0].data, 0)
+    layer.fused_relu_slope = 0.0
+    layer.inference_pass()(bottom, top)
+    assert np.abs(top[0].data - want).max() <= TOLERANCE * np.abs(want).max()
+    assert top[0].data.min() == 0
+    layer.force_winograd = False
+    layer.reshape(bottom, top)
+    assert layer.winograd_block == 0
+    layer.inference_pass()(bottom, top)
+    np.testing.assert_array_equal(top[0].data, want)
+
+
+@pytest.mark.parametrize("params", [
+    "kernel_size: 3 stride: 2 pad: 1",
+    "kernel_size: 3 dilation: 2 pad: 2",
+    "kernel_size: 3 pad: 1 group: 2",
+    "kernel_size: 5 pad: 2",
+    "kernel_h: 3 kernel_w: 1",
+])
+def test_only_plain_3x3_windows_take_winograd(params):
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} {params}")
+    layer.force_winograd = True
+    layer.reshape(bottom, top)
+    assert layer.winograd_block == 0
+
+
+def test_deconvolution_keeps_its_forward():
+    layer, bottom, top = set_up(
+        'name: "d" type: "Deconvolution" convolution_param { num_output: 32 kernel_size: 3 '
+        'pad: 1 }', [np.ones(WINOGRAD_SHAPE)])
+    assert layer.inference_pass() == layer.forward_pass()
+
+
+def test_the_rule_needs_tiles_and_channels():
+    assert winograd_fits(WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, WINOGRAD_MIN_TILES)
+    assert not winograd_fits(WINOGRAD_MIN_IN - 1, WINOGRAD_MIN_OUT, 1000)
+    assert not winograd_fits(WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT - 1, 1000)
+    assert not winograd_fits(512, 512, WINOGRAD_MIN_TILES - 1)
+    layer, bottom, top = conv_layer((1, WINOGRAD_MIN_IN, 8, 8),
+                                    f"num_output: {WINOGRAD_MIN_OUT} kernel_size: 3 pad: 1")
+    assert layer.winograd_block == 0  # 4 tiles
+
+
+def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
+    from pycaffe_cli.layers import convolution
+    monkeypatch.setattr(convolution, "COL_BUFFER_LIMIT", winograd.POINTS * 48 * 5)
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                                                    "kernel_size: 3 pad: 1")
+    assert layer.winograd_block == 5
+    layer.forward(bottom, top)
+    want = top[0].data.copy()
+    layer.inference_pass()(bottom, top)
+    assert np.abs(top[0].data - want).max() <= TOLERANCE * np.abs(want).max()
+
+
+def test_the_weight_transform_follows_the_weights():
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                                                    "kernel_size: 3 pad: 1")
+    forward = layer.inference_pass()
+    forward(bottom, top)
+    layer.blobs[0].data[...] *= 2  # an accessor write: its version moves
+    forward(bottom, top)
+    doubled = top[0].data.copy()
+    layer.forward(bottom, top)
+    assert np.abs(doubled - top[0].data).max() <= TOLERANCE * np.abs(doubled).max()
+    kept = layer.blobs[0].data
+    forward(bottom, top)
+    kept[...] = 0  # through an array kept from before: not counted ...
+    forward(bottom, top)
+    assert np.abs(top[0].data).max() > 0
+    layer.forget_weight_transforms()  # ... until the plan's refold says so
+    forward(bottom, top)
+    np.testing.assert_array_equal(top[0].data, np.broadcast_to(
+        layer.blobs[1].data.reshape(1, -1, 1, 1), top[0].shape))
