@@ -56,6 +56,22 @@ class ConcatLayer(Layer):
             top[0].share_data(first)
             top[0].share_diff(first)
 
+    def inference_pass(self):
+        """On the CPU, nothing to do where the inference plan made every bottom a view of
+        its run of the top (pycaffe_cli/inference_memory.py); else the forward."""
+        if self._use_gpu("forward"):
+            return self.forward_pass()
+        return self._forward_unless_viewed
+
+    def _forward_unless_viewed(self, bottom, top):
+        offset, memory = 0, top[0].data_memory
+        for blob in bottom:
+            view = blob.data_memory
+            if getattr(view, "parent", None) is not memory or view.offset != offset:
+                self.forward_cpu(bottom, top)
+                return
+            offset += blob.count()
+
     def forward_cpu(self, bottom, top):
         if len(bottom) == 1:
             return

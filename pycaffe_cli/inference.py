@@ -11,7 +11,9 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
   (layers/convolution.py, kernels/cpu/winograd.py): another rounding, within ~3e-6 of the
   exact convolution where the GEMMs are within ~6e-7;
 * moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference_memory.py),
-  and lets layers with scratch buffers (convolutions' column buffers) share one set;
+  makes a Concat's bottoms parts of its top where the top holds them one after the other
+  (a batch of one, CPU), and lets layers with scratch buffers (convolutions' column
+  buffers) share one set;
 * runs its steps as a plain list of each layer's ``inference_pass()`` (its bound
   ``forward_cpu`` / ``forward_gpu``, or a cheaper one that keeps nothing for backward: max
   pooling without its argmax mask): a layer's
@@ -247,6 +249,9 @@ class InferencePlan:
         if winograd:
             parts.append(f"ran {winograd} Convolution layers as Winograd F(4x4, 3x3)")
         memory = self.memory
+        if memory.joined:
+            parts.append(f"{len(memory.joined)} Concat layers copy nothing (their bottoms are "
+                         "parts of their tops)")
         parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers (blob memory "
                      f"{memory.before_bytes / MB:.1f} MB -> {memory.after_bytes / MB:.1f} MB)")
         return "Inference plan: " + ", ".join(parts)

@@ -15,9 +15,18 @@ it keeps views of its blobs (Python layers). The intervals are those of the net'
 order too (a chain's step covers its links' positions), so the plain ``Net.forward`` still
 computes the right outputs after the plan moved the blobs; blobs the chains skip get fresh,
 unallocated memory of their own.
+
+Concat without a copy: where a Concat's top holds its bottoms one after the other (nothing
+before the concat axis but a batch of one, e.g. GoogLeNet's and SqueezeNet's at batch 1), in
+CPU mode, each bottom becomes a view of its run of the top (``SyncedMemoryView``), so the
+layers that write the bottoms write the top, and the Concat finds nothing to copy. The
+bottoms then join the top's class. Only bottoms that could move anyway, that no later step
+touches, that share memory with no other blob and that are no other such Concat's top or
+bottom get views, all of a Concat's bottoms or none (the top may be shared: a Split after).
 """
+from pycaffe_cli import backend
 from pycaffe_cli.sizes import FLOAT_BYTES
-from pycaffe_cli.synced_memory import SyncedMemory
+from pycaffe_cli.synced_memory import SyncedMemory, SyncedMemoryView
 
 
 class MemoryPlan:
@@ -29,8 +38,11 @@ class MemoryPlan:
         self.skipped = list(skipped)
         self.touched = sorted({i for step in steps for i in step.bottom_ids + step.top_ids})
         self.before_bytes = _bytes(net, range(len(net.blob_entries)))
-        lives, movable = _lives(net, steps, protected)
-        self.classes = _classes(net, lives, movable)
+        self.lives, self.movable = _lives(net, steps, protected)
+        self.aliases = _aliases(net, self.lives)
+        self.concats = _concat_candidates(steps, self.lives, self.movable, self.aliases)
+        self.joined = []  # [(Concat layer, top id, bottom ids)] given views at assign
+        self.classes = _classes(net, self.lives, self.movable, self.aliases, {})
         self.buffer_count = 0
         self.after_bytes = self.before_bytes
 
@@ -45,6 +57,10 @@ class MemoryPlan:
         blobs = [entry.blob for entry in self.net.blob_entries]
         for blob_id in self.skipped:
             blobs[blob_id].use_data_memory(SyncedMemory(blobs[blob_id].count()))
+        cpu = backend.mode() is backend.Mode.CPU
+        self.joined = [c for c in self.concats if cpu and blobs[c[1]].count(0, c[0]._axis) == 1]
+        self.classes = _classes(self.net, self.lives, self.movable, self.aliases,
+                                {b: top for _, top, bottoms in self.joined for b in bottoms})
         buffers = []  # [size, end, [members...]]
         for start, end, members in self.classes:
             need = max(blobs[i].count() for i in members)
@@ -63,6 +79,13 @@ class MemoryPlan:
             memory = SyncedMemory(size)
             for blob_id in members:
                 blobs[blob_id].use_data_memory(memory)
+        for _, top, bottoms in self.joined:
+            offset = 0
+            for blob_id in bottoms:
+                count = blobs[blob_id].count()
+                blobs[blob_id].use_data_memory(
+                    SyncedMemoryView(blobs[top].data_memory, offset, count))
+                offset += count
         self.buffer_count = len(buffers)
         self.after_bytes = _bytes(self.net, self.touched)
 
@@ -75,8 +98,9 @@ class MemoryPlan:
 
 
 def _bytes(net, blob_ids):
-    """Bytes of the distinct data memories the blobs use."""
-    memories = {id(m): m for m in (net.blob_entries[i].blob.data_memory for i in blob_ids)}
+    """Bytes of the distinct data memories the blobs use (a view's are its parent's)."""
+    memories = {id(m): m for m in (getattr(memory, "parent", memory) for memory in
+                                   (net.blob_entries[i].blob.data_memory for i in blob_ids))}
     return sum(m.size for m in memories.values()) * FLOAT_BYTES
 
 
@@ -103,16 +127,44 @@ def _touch(lives, blob_id, first, last):
     life[0], life[1] = min(life[0], first), max(life[1], last)
 
 
-def _classes(net, lives, movable):
-    """[(start, end, member ids)] of the movable alias classes, by start."""
+def _aliases(net, lives):
+    """{blob id: the ids of the blobs that use its memory now (itself included)}: taken
+    before the plan moves any blob."""
+    owners = {}
+    for blob_id in lives:
+        owners.setdefault(id(net.blob_entries[blob_id].blob.data_memory), []).append(blob_id)
+    return {blob_id: ids for ids in owners.values() for blob_id in ids}
+
+
+def _concat_candidates(steps, lives, movable, aliases):
+    """[(Concat layer, top id, bottom ids)] whose bottoms may become views of the top (see
+    the module docstring) where the shapes allow it."""
+    alone = {blob_id for blob_id, ids in aliases.items() if len(ids) == 1}
+    found, claimed = [], set()
+    for step in steps:
+        bottoms, tops = step.bottom_ids, step.top_ids
+        if step.layer.type != "Concat" or len(bottoms) < 2 or step.full:
+            continue
+        ids = set(bottoms) | set(tops)
+        if (len(ids) == len(bottoms) + 1 and not ids & claimed and ids <= movable
+                and set(bottoms) <= alone and all(lives[b][1] == step.at for b in bottoms)):
+            found.append((step.layer, tops[0], list(bottoms)))
+            claimed |= ids
+    return found
+
+
+def _classes(net, lives, movable, aliases, joined):
+    """[(start, end, member ids)] of the movable alias classes, by start; ``joined`` maps
+    blob ids to the blob whose class they join (Concat bottoms that view their top)."""
     params = {id(entry.blob.data_memory) for entry in net.param_entries}
     groups = {}
     for blob_id in lives:
-        memory = net.blob_entries[blob_id].blob.data_memory
-        groups.setdefault(id(memory), []).append(blob_id)
+        owner = min(aliases[joined.get(blob_id, blob_id)])
+        groups.setdefault(owner, []).append(blob_id)
     classes = []
-    for key, members in groups.items():
-        if key in params or not all(i in movable for i in members):
+    for members in groups.values():
+        memories = {id(net.blob_entries[i].blob.data_memory) for i in members}
+        if memories & params or not all(i in movable for i in members):
             continue
         start = min(lives[i][0] for i in members)
         end = max(lives[i][1] for i in members)

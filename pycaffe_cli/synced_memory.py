@@ -122,3 +122,53 @@ class SyncedMemory:
     def on_device(self):
         """True when the freshest copy is (also) on the device."""
         return self.head in (Head.AT_GPU, Head.SYNCED)
+
+
+class SyncedMemoryView:
+    """``size`` values of ``parent`` from ``offset``: a SyncedMemory whose state is the
+    parent's (head, version, both copies), so that a write through the view is a write to
+    the parent. The inference plan gives Concat's bottoms such views of its top, where each
+    bottom is one contiguous run of the top (pycaffe_cli/inference_memory.py)."""
+
+    def __init__(self, parent, offset, size):
+        if offset < 0 or offset + size > parent.size:
+            raise ValueError(f"a view of {size} values at {offset} does not fit a memory of "
+                             f"{parent.size}")
+        self.parent, self.offset, self.size = parent, int(offset), int(size)
+
+    def _part(self, array):
+        return array[self.offset:self.offset + self.size]
+
+    def host(self):
+        return self._part(self.parent.host())
+
+    def mutable_host(self):
+        return self._part(self.parent.mutable_host())
+
+    def set_host(self, array):
+        raise ValueError("a view of another memory cannot adopt an array")
+
+    def device(self):
+        return self._part(self.parent.device())
+
+    def mutable_device(self):
+        return self._part(self.parent.mutable_device())
+
+    def async_push(self, stream):
+        self.parent.async_push(stream)
+
+    @property
+    def version(self):
+        return self.parent.version
+
+    @property
+    def head(self):
+        return self.parent.head
+
+    @property
+    def allocated(self):
+        return self.parent.allocated
+
+    @property
+    def on_device(self):
+        return self.parent.on_device

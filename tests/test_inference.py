@@ -301,3 +301,70 @@ def test_winograd_layers_are_reported_and_follow_refold():
     held[...] *= 2
     plan = InferencePlan(net)                     # and so does a new plan
     check()
+
+
+def concat_net(batch, extra=""):
+    """Two convolution branches (too small for Winograd) joined by a Concat, then a Power."""
+    return (INPUT % f"dim: {batch} dim: 3 dim: 6 dim: 6") + """
+layer { name: "a" type: "Convolution" bottom: "data" top: "a"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "b" type: "Convolution" bottom: "data" top: "b"
+        convolution_param { num_output: 5 kernel_size: 1 } }
+layer { name: "relu_b" type: "ReLU" bottom: "b" top: "b" }
+layer { name: "cat" type: "Concat" bottom: "a" bottom: "b" top: "cat" }
+layer { name: "out" type: "Power" bottom: "cat" top: "out" power_param { shift: 1 } }
+""" + extra
+
+
+def run_against_plain(text, monkeypatch, copies_expected):
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(3))
+    plain = copy_net(net, text)
+    plain.forward()
+    plan = InferencePlan(net)
+    copies = []
+    concat = net.layer_by_name("cat")
+    original = concat.forward_cpu
+    monkeypatch.setattr(concat, "forward_cpu", lambda b, t: copies.append(1) or original(b, t))
+    plan._build()  # pick up the patched method
+    plan.forward()
+    assert bool(copies) == copies_expected
+    np.testing.assert_array_equal(net.blob_by_name("out").data, plain.blob_by_name("out").data)
+    return plan
+
+
+def test_a_concat_of_one_image_copies_nothing(monkeypatch):
+    plan = run_against_plain(concat_net(1), monkeypatch, copies_expected=False)
+    assert len(plan.memory.joined) == 1
+    assert "1 Concat layers copy nothing" in plan.summary()
+    net = plan.net
+    top = net.blob_by_name("cat").data_memory
+    assert [net.blob_by_name(n).data_memory.parent for n in "ab"] == [top, top]
+    plan.release()  # the bottoms get memory of their own again
+    assert not hasattr(net.blob_by_name("a").data_memory, "parent")
+    net.forward()
+    assert net.blob_by_name("out").data.shape == (1, 9, 6, 6)
+
+
+def test_concats_that_must_copy(monkeypatch):
+    run_against_plain(concat_net(2), monkeypatch, copies_expected=True)  # images interleave
+    later_reader = concat_net(1, 'layer { name: "again" type: "Power" bottom: "a" top: "z" }')
+    plan = run_against_plain(later_reader, monkeypatch, copies_expected=True)
+    assert not plan.memory.joined
+    split = concat_net(1, 'layer { name: "other" type: "Power" bottom: "b" top: "w" }')
+    assert not run_against_plain(split, monkeypatch, copies_expected=True).memory.joined
+
+
+def test_a_new_batch_size_joins_and_unjoins(monkeypatch):
+    net = build(concat_net(1))
+    fill_randomly(net, np.random.default_rng(4))
+    plan = InferencePlan(net)
+    assert plan.memory.joined
+    data = net.blob_by_name("data")
+    data.reshape((2, 3, 6, 6))
+    data.data[...] = np.random.default_rng(5).normal(size=data.shape)
+    plan.forward()
+    assert not plan.memory.joined
+    plain = copy_net(net, concat_net(2))
+    plain.forward()
+    np.testing.assert_array_equal(net.blob_by_name("out").data, plain.blob_by_name("out").data)

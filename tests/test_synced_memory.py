@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.blob import Blob
-from pycaffe_cli.synced_memory import Head, SyncedMemory
+from pycaffe_cli.synced_memory import Head, SyncedMemory, SyncedMemoryView
 
 
 def test_host_access_allocates_zeros_and_never_touches_the_device():
@@ -116,3 +116,19 @@ def test_copy_from_on_the_device(gpu_mode):
     assert target.data_memory.head is Head.AT_GPU
     np.testing.assert_array_equal(target.cpu_data, np.arange(6).reshape(2, 3))
     np.testing.assert_array_equal(target.cpu_diff, np.ones((2, 3)))
+
+
+def test_a_view_is_a_run_of_its_parent():
+    parent = SyncedMemory(6)
+    view = SyncedMemoryView(parent, 2, 3)
+    view.mutable_host()[...] = [1, 2, 3]
+    np.testing.assert_array_equal(parent.host(), [0, 0, 1, 2, 3, 0])
+    before = parent.version
+    parent.mutable_host()[3] = 9
+    assert view.version == parent.version == before + 1  # a write to either is seen by both
+    np.testing.assert_array_equal(view.host(), [1, 9, 3])
+    assert view.head is parent.head and view.allocated
+    with pytest.raises(ValueError):
+        SyncedMemoryView(parent, 4, 3)
+    with pytest.raises(ValueError):
+        view.set_host(np.zeros(3, np.float32))
