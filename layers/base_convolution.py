@@ -335,9 +335,7 @@ class BaseConvolutionLayer(Layer):
         relu = self.fused_relu_slope if bias is not None else None
         if self.plan is Plan.DIRECT:
             be.direct_forward(self.geometry, im, count, weights, self.conv_out_channels,
-                              self.group, bias if relu is None else None, mat)
-            if relu is not None:  # not fused in the direct kernels: bias and ReLU in one pass
-                be.add_bias(mat, count, self.conv_out_channels, bias, relu)
+                              self.group, bias, mat, relu)
             return
         if self.is_1x1:
             be.gemm_images(False, weights, im, mat, count, self._dims(self.out_spatial_dim))

@@ -17,7 +17,7 @@ array is flat (1-d, C-contiguous): a host view or a numba device array. With G g
 and, for 2-d windows whose groups make those GEMMs tiny (depthwise), the plan's DIRECT passes
 on the blob layouts, no im2col (kernels/cpu/depthwise.py and its CUDA twin)::
 
-    direct_forward:        mat = conv(im) (+ bias)          (forward_gemm)
+    direct_forward:        mat = conv(im) (+ bias) (ReLU: CPU)  (forward_gemm)
     direct_backward_data:  im = conv^T(mat)                 (backward_gemm)
     direct_weight_grad:    dW += the window sums of mat x im (weight_gemm)
 
@@ -144,9 +144,10 @@ class CpuConvBackend:
 
     # --- direct (depthwise) passes ---------------------------------------------------------
     @staticmethod
-    def direct_forward(geometry, im, count, weights, out_channels, group, bias, mat):
+    def direct_forward(geometry, im, count, weights, out_channels, group, bias, mat,
+                       relu_slope=None):
         depthwise.forward(im, count, *geometry.args_2d(), weights, out_channels, group, bias,
-                          mat)
+                          mat, relu_slope)
 
     @staticmethod
     def direct_backward_data(geometry, mat, count, weights, out_channels, group, im):
@@ -272,7 +273,10 @@ class GpuConvBackend:
                             col[i * depth * cols:], 1.0, weight_diff[i * rows * depth:])
 
     # --- direct (depthwise) passes ---------------------------------------------------------
-    def direct_forward(self, geometry, im, count, weights, out_channels, group, bias, mat):
+    def direct_forward(self, geometry, im, count, weights, out_channels, group, bias, mat,
+                       relu_slope=None):
+        if relu_slope is not None:  # fused ReLUs are planned on the CPU only
+            raise ValueError("the GPU's direct convolution has no fused ReLU")
         self._depthwise.forward(im, count, *geometry.args_2d(), weights, out_channels, group,
                                 bias, mat)
 

@@ -190,3 +190,24 @@ def test_cpu_and_gpu_direct_plans_agree(case):
     dy = np.random.default_rng(2).normal(size=out[0].shape)
     backend.set_random_seed(0)
     compare_layer_modes(layer_text(kind, params), [x], top_diffs=[dy], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.1])
+def test_direct_forward_fuses_the_relu_to_the_bit(slope):
+    """The inference plan's fused ReLU (negative slope ``slope``) on the DIRECT kernel's
+    output: what a separate ReLU pass after bias gives, bit for bit (-0.0 and NaN too)."""
+    from pycaffe_cli.layers.kernels.cpu import depthwise
+    from pycaffe_cli.layers.kernels.cpu.layout import add_channel_bias_relu
+    rng = np.random.default_rng(7)
+    num, channels, size = 2, 6, 9
+    im = rng.standard_normal(num * channels * size * size).astype(np.float32)
+    im[5] = np.nan
+    weights = rng.standard_normal(channels * 9).astype(np.float32)
+    bias = rng.standard_normal(channels).astype(np.float32)
+    geometry = (channels, size, size, 3, 3, 1, 1, 2, 2, 1, 1)
+    out = np.empty(num * channels * 5 * 5, np.float32)
+    depthwise.forward(im, num, *geometry, weights, channels, channels, None, out)
+    add_channel_bias_relu(out, num, channels, 25, bias, np.float32(slope))
+    fused = np.empty_like(out)
+    depthwise.forward(im, num, *geometry, weights, channels, channels, bias, fused, slope)
+    np.testing.assert_array_equal(fused.view(np.uint32), out.view(np.uint32))

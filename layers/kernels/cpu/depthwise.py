@@ -23,9 +23,9 @@ grid's columns out_w..qw-1 are scratch (computed, never stored; zero where they 
 Over the L = (out_h - 1) qw + out_w grid positions:
 
 * ``forward``: one job per (image, group): Y[j] = sum over (c, tap) of weights[m, c, tap]
-  phases_c[base[tap] + j], taps three to a pass, then out = Y's columns (+ bias). Per element
-  the terms come in (c, ki, kj) order, the padding's as w * 0: the GEMM path's terms in its
-  order, and its "sum, then bias".
+  phases_c[base[tap] + j], taps three to a pass, then out = Y's columns (+ bias, then the
+  inference plan's fused ReLU, if any). Per element the terms come in (c, ki, kj) order,
+  the padding's as w * 0: the GEMM path's terms in its order, and its "sum, then bias".
 * ``backward_data``: the adjoint, one job per (image, group): d phases_c[base[t] + j] +=
   weights[m, c, t] D_m[j] for each output m and tap t in turn (D_m: the output gradient on the
   grid, scratch columns 0), four outputs a pass where a group has four or more (their products
@@ -50,6 +50,7 @@ have the same names and signatures.
 import numpy as np
 from numba import float32, get_num_threads, njit, prange, uintp
 
+from pycaffe_cli.layers.kernels.cpu.layout import rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
 CHUNK = 2048  # grid positions per pass: a chunk of the grid stays in L1 while the taps run
@@ -183,11 +184,14 @@ def _grid_dots(totals, grids, phases, base, per_out, per_in, taps, size, block, 
 
 
 @njit(cache=True, inline="always")
-def _from_grid(grid, qw, out, dst, out_h, out_w, bias):
-    """out[dst + oh out_w + ow] = grid[oh qw + ow] + bias (0 where there is none)."""
+def _from_grid(grid, qw, out, dst, out_h, out_w, bias, slope, use_relu):
+    """out[dst + oh out_w + ow] = grid[oh qw + ow] + bias (0 where there is none), then
+    ReLU with negative slope ``slope`` where ``use_relu`` (the inference plan's fused ReLU:
+    layout.rectify, to the bit)."""
     for oh in range(out_h):
         for ow in range(out_w):
-            out[uintp(dst + oh * out_w + ow)] = grid[uintp(oh * qw + ow)] + bias
+            value = grid[uintp(oh * qw + ow)] + bias
+            out[uintp(dst + oh * out_w + ow)] = rectify(value, slope) if use_relu else value
 
 
 @njit(cache=True, inline="always")
@@ -202,7 +206,7 @@ def _to_grid(out, src, out_h, out_w, qw, grid, dst):
 @njit(cache=True, parallel=True, nogil=True)
 def _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                     stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
-                    bias, use_bias, out, parts):
+                    bias, use_bias, slope, use_relu, out, parts):
     out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
                                                stride_h, stride_w, dilation_h, dilation_w)
     per_in, per_out = channels // group, out_channels // group
@@ -224,7 +228,7 @@ def _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h,
                         _gather_taps(y, start, stop, weights, (m * per_in + c) * taps, phases,
                                      c * block, base, taps)
                 _from_grid(y, qw, out, (n * out_channels + m) * out_h * out_w, out_h, out_w,
-                           bias[m] if use_bias else float32(0.0))
+                           bias[m] if use_bias else float32(0.0), slope, use_relu)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -305,12 +309,15 @@ def _parts(jobs):
 
 
 def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
-            stride_w, dilation_h, dilation_w, weights, out_channels, group, bias, out):
-    """out = the grouped convolution of ``num`` images ``im`` (+ ``bias``, or None); see the
-    module doc. ``out`` is overwritten."""
+            stride_w, dilation_h, dilation_w, weights, out_channels, group, bias, out,
+            relu_slope=None):
+    """out = the grouped convolution of ``num`` images ``im`` (+ ``bias``, or None), then
+    ReLU with negative slope ``relu_slope`` (None: none); see the module doc. ``out`` is
+    overwritten."""
     _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                     stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
-                    weights if bias is None else bias, bias is not None, out,
+                    weights if bias is None else bias, bias is not None,
+                    np.float32(relu_slope or 0), relu_slope is not None, out,
                     _parts(num * group))
 
 
