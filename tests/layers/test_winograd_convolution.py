@@ -94,14 +94,19 @@ def conv_layer(shape, params, seed=0):
 WINOGRAD_SHAPE = (2, WINOGRAD_MIN_IN, 16, 16)  # 2 images x 16 tiles
 
 
+def inference_against_forward(layer, bottom, top):
+    """(the inference pass's top, the plain forward's top)."""
+    layer.forward(bottom, top)
+    want = top[0].data.copy()
+    layer.inference_pass()(bottom, top)
+    return top[0].data, want
+
+
 def test_inference_pass_runs_winograd_close_to_the_gemm_plan():
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
                                                     "kernel_size: 3 pad: 1")
     assert layer.winograd_block == 32
-    layer.forward(bottom, top)
-    want = top[0].data.copy()
-    layer.inference_pass()(bottom, top)
-    got = top[0].data
+    got, want = inference_against_forward(layer, bottom, top)
     assert not np.array_equal(got, want)  # another summation: the pass did run Winograd
     assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
 
@@ -159,10 +164,8 @@ def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
                                                     "kernel_size: 3 pad: 1")
     assert layer.winograd_block == 5
-    layer.forward(bottom, top)
-    want = top[0].data.copy()
-    layer.inference_pass()(bottom, top)
-    assert np.abs(top[0].data - want).max() <= TOLERANCE * np.abs(want).max()
+    got, want = inference_against_forward(layer, bottom, top)
+    assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
 
 
 def test_the_weight_transform_follows_the_weights():

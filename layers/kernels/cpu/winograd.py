@@ -50,16 +50,18 @@ def transform_weights(weights):
 
 
 @njit(cache=True, inline="always")
+def _six(src, at, step):
+    """src[at], src[at + step], ..., src[at + 5 step]."""
+    return (src[uintp(at)], src[uintp(at + step)], src[uintp(at + 2 * step)],
+            src[uintp(at + 3 * step)], src[uintp(at + 4 * step)], src[uintp(at + 5 * step)])
+
+
+@njit(cache=True, inline="always")
 def _input_rows(src, src_at, src_step, dst, dst_at, dst_step, count):
     """B^T applied to six streams of ``count`` values: stream k of ``src`` starts at
     ``src_at + k src_step``; stream k of the result goes to ``dst_at + k dst_step``."""
     for t in range(count):
-        d0 = src[uintp(src_at + t)]
-        d1 = src[uintp(src_at + src_step + t)]
-        d2 = src[uintp(src_at + 2 * src_step + t)]
-        d3 = src[uintp(src_at + 3 * src_step + t)]
-        d4 = src[uintp(src_at + 4 * src_step + t)]
-        d5 = src[uintp(src_at + 5 * src_step + t)]
+        d0, d1, d2, d3, d4, d5 = _six(src, src_at + t, src_step)
         dst[uintp(dst_at + t)] = d0 - float32(1.5) * d1 - float32(2) * d2 + float32(1.5) * d3 \
             + d4
         dst[uintp(dst_at + dst_step + t)] = -d1 + float32(0.5) * d2 + float32(2.5) * d3 + d4
@@ -74,12 +76,7 @@ def _input_rows(src, src_at, src_step, dst, dst_at, dst_step, count):
 def _output_rows(src, src_at, src_step, dst, dst_at, dst_step, count):
     """A^T applied to six streams of ``count`` values (as ``_input_rows``), four results."""
     for t in range(count):
-        m0 = src[uintp(src_at + t)]
-        m1 = src[uintp(src_at + src_step + t)]
-        m2 = src[uintp(src_at + 2 * src_step + t)]
-        m3 = src[uintp(src_at + 3 * src_step + t)]
-        m4 = src[uintp(src_at + 4 * src_step + t)]
-        m5 = src[uintp(src_at + 5 * src_step + t)]
+        m0, m1, m2, m3, m4, m5 = _six(src, src_at + t, src_step)
         plus, minus = m1 + m2, m1 - m2
         dst[uintp(dst_at + t)] = m0 + plus + m3 + m4
         dst[uintp(dst_at + dst_step + t)] = minus + float32(0.5) * m3 - float32(2) * m4
