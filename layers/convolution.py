@@ -35,10 +35,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
+        # Its scratch arrays grow at the first inference pass: a net that only trains, or
+        # runs plain forwards, never allocates them.
         self.winograd_block = self._winograd_block()
-        if self.winograd_block:
-            self.cpu_backend.reserve(winograd.POINTS * self.channels * self.winograd_block,
-                                     winograd.POINTS * self.num_output * self.winograd_block)
 
     def _winograd_block(self):
         """Tiles per block of the inference pass's Winograd F(4x4, 3x3) (0: not used): 3x3

@@ -187,3 +187,15 @@ def test_the_weight_transform_follows_the_weights():
     forward(bottom, top)
     np.testing.assert_array_equal(top[0].data, np.broadcast_to(
         layer.blobs[1].data.reshape(1, -1, 1, 1), top[0].shape))
+
+
+def test_scratch_grows_only_when_winograd_runs():
+    """A training net's 3x3 layers keep the GEMM plan's buffers: Winograd's products array
+    (2.25 outputs a value) is allocated by the first inference pass."""
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                                                    "kernel_size: 3 pad: 1")
+    layer.forward(bottom, top)
+    gemm_size = layer.mat_dim * layer.block
+    assert layer.cpu_backend._mat.size == gemm_size
+    layer.inference_pass()(bottom, top)
+    assert layer.cpu_backend._mat.size == winograd.POINTS * WINOGRAD_MIN_OUT * 32 > gemm_size
