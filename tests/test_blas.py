@@ -5,6 +5,12 @@ import pytest
 from pycaffe_cli import blas
 
 
+@pytest.fixture(autouse=True)
+def spread_everything(monkeypatch):
+    """These operands are small: spread them anyway (see test_small_batches_are_not_spread)."""
+    monkeypatch.setattr(blas, "SPREAD_MIN_FLOPS", 0)
+
+
 def operands(batch=36, rows=24, depth=16, cols=40, seed=0):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((batch, rows, depth)).astype(np.float32)
@@ -62,3 +68,18 @@ def test_only_numpy_own_openblas_is_used():
     assert paths
     assert all(os.path.commonpath([numpy_site, p]) == numpy_site and "numpy" in p
                for p in paths)
+
+
+def test_small_batches_are_not_spread(monkeypatch):
+    monkeypatch.setattr(blas, "SPREAD_MIN_FLOPS", 1 << 25)
+    calls = []
+    controls = blas._thread_controls()
+    monkeypatch.setattr(blas, "_thread_controls",
+                        lambda: (lambda n: calls.append(n), controls[1]))
+    a, b, out = operands()  # 1.1 MFLOP
+    blas.matmul_spread(a, b, out)
+    assert calls == []
+    np.testing.assert_array_equal(out, np.matmul(a, b))
+    big_a, big_b, big_out = operands(rows=256, depth=64, cols=64)  # 75 MFLOP
+    blas.matmul_spread(big_a, big_b, big_out)
+    assert calls == [1, controls[1]()]
