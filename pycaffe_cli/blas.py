@@ -80,10 +80,10 @@ def matmul_spread(a, b, out):
     """``np.matmul(a, b, out=out)`` for 3-d arrays (a batch of products), the batch split
     over as many threads as OpenBLAS would use, each product on one thread, where the batch
     has at least SPREAD_MIN_FLOPS."""
-    controls = _thread_controls()
+    controls = _thread_controls() if 2 * out.size * a.shape[-1] >= SPREAD_MIN_FLOPS else None
     threads = controls[1]() if controls is not None else 1
     parts = min(threads, len(out))
-    if parts < 2 or 2 * out.size * a.shape[-1] < SPREAD_MIN_FLOPS:
+    if parts < 2:
         np.matmul(a, b, out=out)
         return
     bounds = [len(out) * k // parts for k in range(parts + 1)]

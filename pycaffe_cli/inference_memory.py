@@ -42,7 +42,7 @@ class MemoryPlan:
         self.aliases = _aliases(net, self.lives)
         self.concats = _concat_candidates(steps, self.lives, self.movable, self.aliases)
         self.joined = []  # [(Concat layer, top id, bottom ids)] given views at assign
-        self.classes = _classes(net, self.lives, self.movable, self.aliases, {})
+        self.classes = []  # [(start, end, member ids)], made by assign
         self.buffer_count = 0
         self.after_bytes = self.before_bytes
 

@@ -48,9 +48,9 @@ index non-negative; see kernels/cpu/im2col.py). The CUDA twins in kernels/cuda/d
 have the same names and signatures.
 """
 import numpy as np
-from numba import float32, get_num_threads, njit, prange, uintp
+from numba import float32, njit, prange, uintp
 
-from pycaffe_cli.layers.kernels.cpu.layout import rectify
+from pycaffe_cli.layers.kernels.cpu.layout import prange_parts, rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
 CHUNK = 2048  # grid positions per pass: a chunk of the grid stays in L1 while the taps run
@@ -302,12 +302,6 @@ def _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_
             weight_diff[g * filters + k] += float32(total)
 
 
-def _parts(jobs):
-    """How many ``prange`` parts to split ``jobs`` into: a few per thread, so that each part
-    allocates its buffers once, not once per job."""
-    return max(1, min(jobs, 4 * get_num_threads()))
-
-
 def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
             stride_w, dilation_h, dilation_w, weights, out_channels, group, bias, out,
             relu_slope=None):
@@ -318,7 +312,7 @@ def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, 
                     stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
                     weights if bias is None else bias, bias is not None,
                     np.float32(relu_slope or 0), relu_slope is not None, out,
-                    _parts(num * group))
+                    prange_parts(num * group))
 
 
 def backward_data(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
@@ -327,7 +321,7 @@ def backward_data(out, num, channels, height, width, kernel_h, kernel_w, pad_h, 
     output-side one); ``im`` is overwritten."""
     _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                           stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
-                          group, im, _parts(num * group))
+                          group, im, prange_parts(num * group))
 
 
 def weight_grad(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
@@ -336,7 +330,7 @@ def weight_grad(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h
     element tap (ki, kj) of output (oh, ow) reads. With fewer groups than ``prange`` parts
     (group 1: an ordinary convolution), each group's images are split into slices summed
     apart, so that every thread has work."""
-    splits = max(1, min(num, _parts(num) // group))
+    splits = max(1, min(num, prange_parts(num) // group))
     _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h,
                         pad_w, stride_h, stride_w, dilation_h, dilation_w, out_channels, group,
-                        weight_diff, splits, _parts(group * splits))
+                        weight_diff, splits, prange_parts(group * splits))

@@ -11,14 +11,23 @@ separate numpy pass would otherwise do on the same data:
   runs image after image, each image's row by numpy's float32 pairwise summation, so it is
   bitwise the ``diff.sum(axis=(0, 2))`` numpy computes for a contiguous (N, C, P) array.
 
+``prange_parts`` says how many parts the kernels here and elsewhere (depthwise, max pooling)
+split their jobs into.
+
 Arrays are flat (1-d) C-contiguous views. Indices are cast to ``uintp``: numba cannot prove a
 signed index non-negative, and its wraparound check keeps the copy loops from vectorising
 (5-8x slower).
 """
-from numba import float32, njit, prange, uintp
+from numba import float32, get_num_threads, njit, prange, uintp
 
 PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: runs up to this length sum with 8 accumulators
 PARALLEL_MIN = 1 << 16  # values: smaller forward moves run on one thread (see _images_row)
+
+
+def prange_parts(jobs):
+    """How many ``prange`` parts to split ``jobs`` into: a few per thread, so that a kernel
+    allocating its scratch once per part (not once per job) still balances its threads."""
+    return max(1, min(jobs, 4 * get_num_threads()))
 
 
 @njit(cache=True, inline="always")

@@ -21,7 +21,9 @@ windows), so the numbers are Caffe CPU's. Masks hold the argmax as the in-plane 
 second top.
 """
 import numpy as np
-from numba import get_num_threads, njit, prange, uintp
+from numba import njit, prange, uintp
+
+from pycaffe_cli.layers.kernels.cpu.layout import prange_parts
 
 FLT_MAX = float(np.finfo(np.float32).max)
 FLT_MIN = float(np.finfo(np.float32).tiny)
@@ -143,8 +145,8 @@ def max_pool_forward_values(bottom, top, kernel_h, kernel_w, stride_h, stride_w,
     order, and ``>`` still skips NaNs and floors at -FLT_MAX, so ``top`` is the same. The
     planes run in a few parts per thread, each with one scratch row (small planes are many:
     GoogLeNet's last pools have 8,320 of 7 x 7)."""
-    parts = max(1, min(top.shape[0], 4 * get_num_threads()))
-    _max_values(bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, parts)
+    _max_values(bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
+                prange_parts(top.shape[0]))
 
 
 @njit(cache=True, parallel=True, nogil=True)
