@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pycaffe_cli.layers.kernels.cpu import depthwise, layout
+from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
 
 
@@ -139,8 +140,10 @@ class CpuConvBackend:
     @staticmethod
     def weight_grad(y, col, weight_diff, dims):
         g, rows, depth, _ = dims
-        grad = np.matmul(y.reshape(g, rows, -1), col.reshape(g, depth, -1).transpose(0, 2, 1))
-        weight_diff.reshape(grad.shape)[...] += grad
+        y, col = y.reshape(g, rows, -1), col.reshape(g, depth, -1)
+        weight_diff = weight_diff.reshape(g, rows, depth)
+        for i in range(g):
+            gemm_accumulate(y[i], col[i].T, weight_diff[i])
 
     # --- direct (depthwise) passes ---------------------------------------------------------
     @staticmethod

@@ -83,3 +83,64 @@ def test_small_batches_are_not_spread(monkeypatch):
     big_a, big_b, big_out = operands(rows=256, depth=64, cols=64)  # 75 MFLOP
     blas.matmul_spread(big_a, big_b, big_out)
     assert calls == [1, controls[1]()]
+
+
+def accumulate_operands(rows, depth, cols, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((rows, depth), dtype=np.float32),
+            rng.standard_normal((depth, cols), dtype=np.float32))
+
+
+@pytest.mark.parametrize("a_transposed", [False, True])
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_accumulate_into_zeros_is_numpy_product_bit_for_bit(a_transposed, b_transposed):
+    """The solver clears gradients before each backward: there, one BLAS call with beta = 1
+    gives numpy's product exactly (the same kernel sums the same terms into zero)."""
+    a, b = accumulate_operands(37, 300, 53)
+    if a_transposed:
+        a = np.ascontiguousarray(a.T).T
+    if b_transposed:
+        b = np.ascontiguousarray(b.T).T
+    out = np.zeros((37, 53), np.float32)
+    assert blas.accumulate(a, b, out)
+    np.testing.assert_array_equal(out, np.matmul(a, b))
+
+
+def test_accumulate_adds_to_what_is_there():
+    a, b = accumulate_operands(20, 30, 40, seed=1)
+    out = np.random.default_rng(2).standard_normal((20, 40), dtype=np.float32)
+    want = out.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    assert blas.accumulate(a, b, out)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_accumulate_into_a_block_of_a_larger_matrix():
+    """Leading dimensions: operands and output may be row ranges and column ranges."""
+    a, b = accumulate_operands(64, 48, 80, seed=3)
+    big = np.zeros((70, 100), np.float32)
+    assert blas.accumulate(a[:, 8:40], b[8:40, 10:60], big[3:67, 20:70])
+    want = np.zeros_like(big)
+    want[3:67, 20:70] = a[:, 8:40].astype(np.float64) @ b[8:40, 10:60].astype(np.float64)
+    np.testing.assert_allclose(big, want, rtol=1e-5, atol=1e-5)
+
+
+def test_accumulate_declines_what_blas_cannot_take():
+    """Strides in both axes, float64, a transposed output: False, ``out`` untouched."""
+    a, b = accumulate_operands(8, 6, 4)
+    out = np.zeros((8, 4), np.float32)
+    assert not blas.accumulate(a[::2, ::2], b[:3], out[:4])
+    assert not blas.accumulate(a.astype(np.float64), b, out)
+    assert not blas.accumulate(a, b, np.zeros((4, 8), np.float32).T)
+    assert not out.any()
+
+
+def test_accumulate_with_an_empty_depth_adds_nothing():
+    out = np.ones((3, 4), np.float32)
+    assert blas.accumulate(np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32), out)
+    np.testing.assert_array_equal(out, 1)
+
+
+def test_accumulate_rejects_mismatched_shapes():
+    a, b = accumulate_operands(5, 6, 7)
+    with pytest.raises(ValueError):
+        blas.accumulate(a, b[:5], np.zeros((5, 7), np.float32))

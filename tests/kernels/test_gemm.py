@@ -1,13 +1,18 @@
-"""gemm_accumulate equals out + a @ b for shapes above and below the block size."""
+"""gemm_accumulate equals out + a @ b, through BLAS and through the numpy fallback in row
+blocks (shapes above and below the block size)."""
 import numpy as np
 import pytest
 
+from pycaffe_cli import blas
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 
 
+@pytest.mark.parametrize("through_blas", [True, False])
 @pytest.mark.parametrize("rows", [1, 5, 128, 300])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_gemm_accumulate_matches_numpy(rows, transposed):
+def test_gemm_accumulate_matches_numpy(rows, transposed, through_blas, monkeypatch):
+    if not through_blas:
+        monkeypatch.setattr(blas, "accumulate", lambda a, b, out: False)
     rng = np.random.default_rng(rows)
     a = rng.standard_normal((rows, 7), dtype=np.float32)
     if transposed:
