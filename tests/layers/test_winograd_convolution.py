@@ -22,6 +22,8 @@ KERNEL_CASES = [  # num, channels, out_channels, height, width, pad, tiles a blo
     (1, 2, 3, 4, 7, 2, 3),       # pad 2: outputs larger than the input
     (2, 16, 32, 10, 6, 1, 7),
     (1, 5, 4, 3, 3, 1, 1),       # one tile a block
+    # (channel, tile) pairs past winograd.PARALLEL_MIN_JOBS: both transforms in threads
+    (2, 64, 64, 26, 26, 1, 1000),
 ]
 
 
@@ -57,6 +59,12 @@ def test_kernel_matches_window_sums(case, with_bias, relu_slope):
     got = run_kernel(x, weights, bias, pad, relu_slope, block)
     want = reference(x, weights, bias, pad, relu_slope)
     assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
+
+
+def test_the_threaded_case_is_past_the_serial_limit():
+    num, channels, out_channels, height, width, pad, _ = KERNEL_CASES[-1]
+    tiles = num * np.prod(winograd.tile_counts(height + 2 * pad - 2, width + 2 * pad - 2))
+    assert min(channels, out_channels) * tiles >= winograd.PARALLEL_MIN_JOBS
 
 
 def test_kernel_error_on_a_googlenet_sized_layer():

@@ -34,6 +34,11 @@ from pycaffe_cli.layers.kernels.geometry import conv_out_size
 TILE = 4  # output tile side
 PATCH = 6  # input patch side: TILE + 3 - 1
 POINTS = PATCH * PATCH
+# Transforms of fewer (channel, tile) pairs than this run on one thread: starting numba's
+# threads costs 35-55 us here, more than such a transform takes on one. Serial / parallel,
+# us: input 48 channels x 16 tiles 33 / 55, 32 x 49 62 / 97, 16 x 196 115 / 104-127;
+# output 192 x 16 54 / 89, 256 x 16 79-96 / 84-107, 128 x 49 106-109 / 92-118.
+PARALLEL_MIN_JOBS = 6144
 
 # Interpolation points 0, 1, -1, 1/2, -2 and infinity (last row/column of each matrix).
 _G = np.array([[1, 0, 0],
@@ -87,18 +92,29 @@ def _output_rows(src, src_at, src_step, dst, dst_at, dst_step, count):
             + m5
 
 
-@njit(cache=True, inline="always")
-def _gather_patches(im, image_size, plane_at, height, width, pad_h, pad_w, tiles_h, tiles_w,
-                    first, count, patches):
-    """patches[(j, i), t] = pixel (i, j) of tile t's 6x6 patch (0 outside the image), column
-    by column, for the ``count`` tiles from ``first``, in the plane at ``plane_at`` of each
-    image (images ``image_size`` apart in the flat ``im``)."""
+@njit(cache=True)
+def _patch_corners(image_size, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count):
+    """Per tile of the ``count`` from ``first``: its 6x6 patch's top-left row and column in
+    its image, and that image's offset in the flat batch (``image_size`` apart). Computed
+    once per call: divisions per tile and channel cost more than the transforms."""
     per_image = tiles_h * tiles_w
+    rows, cols = np.empty(count, np.int64), np.empty(count, np.int64)
+    images = np.empty(count, np.int64)
     for t in range(count):
         tile = first + t
-        row0 = (tile % per_image) // tiles_w * TILE - pad_h
-        col0 = tile % tiles_w * TILE - pad_w
-        base = tile // per_image * image_size + plane_at
+        rows[t] = (tile % per_image) // tiles_w * TILE - pad_h
+        cols[t] = tile % tiles_w * TILE - pad_w
+        images[t] = tile // per_image * image_size
+    return rows, cols, images
+
+
+@njit(cache=True, inline="always")
+def _gather_patches(im, plane_at, height, width, rows, cols, images, count, patches):
+    """patches[(j, i), t] = pixel (i, j) of tile t's 6x6 patch (0 outside the image), column
+    by column, in the plane at ``plane_at`` of each tile's image (``_patch_corners``)."""
+    for t in range(count):
+        row0, col0 = rows[t], cols[t]
+        base = images[t] + plane_at
         inside = row0 >= 0 and col0 >= 0 and row0 + PATCH <= height and col0 + PATCH <= width
         for i in range(PATCH):
             r = row0 + i
@@ -111,23 +127,86 @@ def _gather_patches(im, image_size, plane_at, height, width, pad_h, pad_w, tiles
                 patches[uintp((j * PATCH + i) * count + t)] = value
 
 
+@njit(cache=True, inline="always")
+def _input_channel(im, c, plane, channels, height, width, rows, cols, images, count, v):
+    """V[:, c, :] of the ``count`` tiles whose patches ``_patch_corners`` placed."""
+    patches = np.empty(POINTS * count, np.float32)
+    columns = np.empty(POINTS * count, np.float32)
+    _gather_patches(im, c * plane, height, width, rows, cols, images, count, patches)
+    for j in range(PATCH):  # B^T d, column j: columns[(j, i'), t]
+        _input_rows(patches, j * PATCH * count, count, columns, j * PATCH * count, count,
+                    count)
+    for i in range(PATCH):  # (B^T d) B, row i': V[(i', j'), c, t]
+        _input_rows(columns, i * count, PATCH * count, v, (i * PATCH * channels + c) * count,
+                    channels * count, count)
+
+
 @njit(cache=True, parallel=True)
 def input_transform(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count,
                     v):
     """V (36, channels, count) of the ``count`` tiles from ``first``: ``im`` holds the batch
     (num, channels, height, width), flat; ``v`` is flat."""
     plane = height * width
-    for c in prange(channels):
-        patches = np.empty(POINTS * count, np.float32)
-        columns = np.empty(POINTS * count, np.float32)
-        _gather_patches(im, channels * plane, c * plane, height, width, pad_h, pad_w, tiles_h,
-                        tiles_w, first, count, patches)
-        for j in range(PATCH):  # B^T d, column j: columns[(j, i'), t]
-            _input_rows(patches, j * PATCH * count, count, columns, j * PATCH * count, count,
-                        count)
-        for i in range(PATCH):  # (B^T d) B, row i': V[(i', j'), c, t]
-            _input_rows(columns, i * count, PATCH * count, v, (i * PATCH * channels + c) * count,
-                        channels * count, count)
+    rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
+                                        tiles_h, tiles_w, first, count)
+    if channels * count < PARALLEL_MIN_JOBS:
+        for c in range(channels):
+            _input_channel(im, c, plane, channels, height, width, rows, cols, images, count, v)
+    else:
+        for c in prange(channels):
+            _input_channel(im, c, plane, channels, height, width, rows, cols, images, count, v)
+
+
+@njit(cache=True)
+def _tile_corners(image_size, out_h, out_w, tiles_h, tiles_w, first, count):
+    """Per output tile of the ``count`` from ``first``: the flat offset of its top-left
+    element in channel 0 of its image (images ``image_size`` apart), and how many of its
+    rows and columns lie inside the output. Computed once per call (see _patch_corners)."""
+    per_image = tiles_h * tiles_w
+    starts = np.empty(count, np.int64)
+    heights, widths = np.empty(count, np.int64), np.empty(count, np.int64)
+    for t in range(count):
+        tile = first + t
+        row0 = (tile % per_image) // tiles_w * TILE
+        col0 = tile % tiles_w * TILE
+        starts[t] = tile // per_image * image_size + row0 * out_w + col0
+        heights[t], widths[t] = min(TILE, out_h - row0), min(TILE, out_w - col0)
+    return starts, heights, widths
+
+
+@njit(cache=True, inline="always")
+def _scatter_tiles(tiles, count, starts, heights, widths, plane_at, out_w, out):
+    """out[tile t's place] = tiles[(a, b), t], the parts inside the output."""
+    for t in range(count):
+        start = plane_at + starts[t]
+        if heights[t] == TILE and widths[t] == TILE:
+            for a in range(TILE):
+                for k in range(TILE):
+                    out[uintp(start + a * out_w + k)] = tiles[uintp((a * TILE + k) * count + t)]
+        else:
+            for a in range(heights[t]):
+                for k in range(widths[t]):
+                    out[uintp(start + a * out_w + k)] = tiles[uintp((a * TILE + k) * count + t)]
+
+
+@njit(cache=True, inline="always")
+def _output_channel(m, o, out_channels, plane, out_w, count, starts, heights, widths, bias,
+                    has_bias, slope, has_relu, out):
+    """Output channel ``o`` of the ``count`` tiles that ``_tile_corners`` placed."""
+    rows = np.empty(TILE * PATCH * count, np.float32)
+    tiles = np.empty(TILE * TILE * count, np.float32)
+    for j in range(PATCH):  # A^T M, column j: rows[(a, j), t]
+        _output_rows(m, (j * out_channels + o) * count, PATCH * out_channels * count, rows,
+                     j * count, PATCH * count, count)
+    for a in range(TILE):  # (A^T M) A, row a: tiles[(a, b), t]
+        _output_rows(rows, a * PATCH * count, count, tiles, a * TILE * count, count, count)
+    b = bias[o] if has_bias else float32(0)
+    for i in range(TILE * TILE * count):
+        value = tiles[uintp(i)] + b
+        if has_relu:
+            value = _rectify(value, slope)
+        tiles[uintp(i)] = value
+    _scatter_tiles(tiles, count, starts, heights, widths, o * plane, out_w, out)
 
 
 @njit(cache=True, parallel=True)
@@ -135,28 +214,17 @@ def output_transform(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, cou
                      has_bias, slope, has_relu, out):
     """out (num, out_channels, out_h, out_w) tiles [first, first + count) from M (36,
     out_channels, count), flat, (+ bias[o]) (then ReLU with negative slope ``slope``)."""
-    per_image = tiles_h * tiles_w
     plane = out_h * out_w
-    for o in prange(out_channels):
-        rows = np.empty(TILE * PATCH * count, np.float32)
-        tiles = np.empty(TILE * TILE * count, np.float32)
-        for j in range(PATCH):  # A^T M, column j: rows[(a, j), t]
-            _output_rows(m, (j * out_channels + o) * count, PATCH * out_channels * count, rows,
-                         j * count, PATCH * count, count)
-        for a in range(TILE):  # (A^T M) A, row a: tiles[(a, b), t]
-            _output_rows(rows, a * PATCH * count, count, tiles, a * TILE * count, count, count)
-        b = bias[o] if has_bias else float32(0)
-        for t in range(count):
-            tile = first + t
-            row0 = (tile % per_image) // tiles_w * TILE
-            col0 = tile % tiles_w * TILE
-            base = (tile // per_image * out_channels + o) * plane
-            for a in range(min(TILE, out_h - row0)):
-                for k in range(min(TILE, out_w - col0)):
-                    value = tiles[uintp((a * TILE + k) * count + t)] + b
-                    if has_relu:
-                        value = _rectify(value, slope)
-                    out[uintp(base + (row0 + a) * out_w + col0 + k)] = value
+    starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
+                                            tiles_w, first, count)
+    if out_channels * count < PARALLEL_MIN_JOBS:
+        for o in range(out_channels):
+            _output_channel(m, o, out_channels, plane, out_w, count, starts, heights, widths,
+                            bias, has_bias, slope, has_relu, out)
+    else:
+        for o in prange(out_channels):
+            _output_channel(m, o, out_channels, plane, out_w, count, starts, heights, widths,
+                            bias, has_bias, slope, has_relu, out)
 
 
 def tile_counts(out_h, out_w):
