@@ -99,6 +99,26 @@ def test_batched_2d_kernels_match_numpy(image, kernel, pad, stride, dilation, ba
                                                 dilation), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("batch_major", [False, True])
+def test_large_buffers_unfold_and_fold_in_threads(batch_major):
+    """Past im2col.PARALLEL_MIN column values the kernels run a prange: the same values."""
+    big = np.random.default_rng(2).normal(size=(2, 8, 90, 90)).astype(np.float32)
+    n, c, h, w = big.shape
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    expected = reference_im2col(big, *geometry)
+    assert expected.size >= kernels.PARALLEL_MIN
+    args = tuple(v for pair in geometry for v in pair)
+    col = np.full(expected.size, np.nan, np.float32)
+    kernels.im2col_batch(big.reshape(-1), n, c, h, w, *args, col, batch_major)
+    np.testing.assert_array_equal(from_layout(col, expected.shape, batch_major), expected)
+    grad = np.random.default_rng(3).normal(size=expected.shape).astype(np.float32)
+    folded = np.full(big.size, np.nan, np.float32)
+    kernels.col2im_batch(as_layout(grad, batch_major), n, c, h, w, *args, folded, batch_major)
+    np.testing.assert_allclose(folded.reshape(big.shape),
+                               reference_col2im(grad, big.shape, *geometry), rtol=1e-6,
+                               atol=1e-6)
+
+
 @pytest.mark.parametrize("kernel, pad, stride, dilation", GEOMETRIES_2D[::5])
 def test_nd_kernels_agree_with_2d(image, kernel, pad, stride, dilation):
     n, c, h, w = image.shape

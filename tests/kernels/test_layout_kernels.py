@@ -7,7 +7,12 @@ import pytest
 from pycaffe_cli.layers.kernels.cpu import layout
 
 SHAPES = [(1, 1, 1), (3, 4, 1), (2, 3, 5), (4, 3, 8), (5, 7, 9), (2, 5, 64), (3, 2, 127),
-          (2, 3, 128), (4, 3, 130), (2, 2, 576), (1, 3, 1000), (2, 2, 8193)]
+          (2, 3, 128), (4, 3, 130), (2, 2, 576), (1, 3, 1000), (2, 2, 8193),
+          (2, 3, 349526)]  # the last past layout.PARALLEL_MIN: the forward moves in threads
+
+
+def test_the_last_shape_is_past_the_serial_limit():
+    assert math.prod(SHAPES[-1]) >= layout.PARALLEL_MIN
 
 
 def bits(array):

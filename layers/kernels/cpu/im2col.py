@@ -32,6 +32,12 @@ from numba import njit, prange, uintp
 
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
+# Column buffers of fewer values than this are unfolded and folded on one thread: waking
+# numba's threads costs 35-55 us here. One thread / two, us, im2col and col2im: 16 x 5x5
+# windows at 14x14 (78,400 values) 34 / 56 and 20 / 73, 32 x 5x5 at 28x28 (627,200) 124 /
+# 153 and 82 / 94; two threads win from 64 x 3x3 at 56x56 (1.8M, 292 / 227 and 228 / 238).
+PARALLEL_MIN = 1 << 20
+
 
 @njit(cache=True, inline="always")
 def _inside(offset, stride, size, out_size):
@@ -79,56 +85,46 @@ def _zero(array, start, stop):
         array[uintp(i)] = 0
 
 
+@njit(cache=True, inline="always")
+def _im2col_row(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                stride_h, stride_w, dilation_h, dilation_w, col, out_h, out_w, row_stride,
+                image_stride, h_ranges, w_ranges, r):
+    """Column row ``r`` of every image (see im2col_batch)."""
+    plane = out_h * out_w
+    kj = r % kernel_w
+    ki = (r // kernel_w) % kernel_h
+    c = r // (kernel_w * kernel_h)
+    h_off = ki * dilation_h - pad_h
+    w_off = kj * dilation_w - pad_w
+    oh0, oh1 = h_ranges[ki, 0], h_ranges[ki, 1]
+    lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
+    for n in range(num):
+        first = r * row_stride + n * image_stride
+        image = (n * channels + c) * height
+        _zero(col, first, first + oh0 * out_w)
+        for oh in range(oh0, oh1):
+            dst = first + oh * out_w
+            src = (image + oh * stride_h + h_off) * width + w_off
+            _zero(col, dst, dst + lo)
+            if stride_w == 1:
+                for ow in range(lo, hi):
+                    col[uintp(dst + ow)] = data[uintp(src + ow)]
+            else:
+                for ow in range(lo, hi):
+                    col[uintp(dst + ow)] = data[uintp(src + ow * stride_w)]
+            _zero(col, dst + hi, dst + out_w)
+        _zero(col, first + oh1 * out_w, first + plane)
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def im2col_batch(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                  stride_h, stride_w, dilation_h, dilation_w, col, batch_major):
     """Unfold ``num`` images (num, channels, height, width) into ``col`` (see module doc).
 
-    Parallel over the column rows; each row's outputs are written contiguously. The in-image
-    output ranges of every kernel offset are computed once per call, so the inner loops are
-    plain copies (contiguous ones for stride 1) between runs of zeros.
-    """
-    out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
-    out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
-    rows = channels * kernel_h * kernel_w
-    plane = out_h * out_w
-    row_stride, image_stride = _strides(num, rows, plane, batch_major)
-    h_ranges = _ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h)
-    w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
-    for r in prange(rows):
-        kj = r % kernel_w
-        ki = (r // kernel_w) % kernel_h
-        c = r // (kernel_w * kernel_h)
-        h_off = ki * dilation_h - pad_h
-        w_off = kj * dilation_w - pad_w
-        oh0, oh1 = h_ranges[ki, 0], h_ranges[ki, 1]
-        lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
-        for n in range(num):
-            first = r * row_stride + n * image_stride
-            image = (n * channels + c) * height
-            _zero(col, first, first + oh0 * out_w)
-            for oh in range(oh0, oh1):
-                dst = first + oh * out_w
-                src = (image + oh * stride_h + h_off) * width + w_off
-                _zero(col, dst, dst + lo)
-                if stride_w == 1:
-                    for ow in range(lo, hi):
-                        col[uintp(dst + ow)] = data[uintp(src + ow)]
-                else:
-                    for ow in range(lo, hi):
-                        col[uintp(dst + ow)] = data[uintp(src + ow * stride_w)]
-                _zero(col, dst + hi, dst + out_w)
-            _zero(col, first + oh1 * out_w, first + plane)
-
-
-@njit(cache=True, parallel=True, nogil=True)
-def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
-                 stride_h, stride_w, dilation_h, dilation_w, data, batch_major):
-    """Fold ``col`` back into ``num`` images, overwriting ``data``: the adjoint of im2col.
-
-    Parallel over image planes (n, c); each plane adds up its own column rows, kernel offset
-    by kernel offset. One offset reaches an image element at most once, so every element
-    sums its contributions in row order (Caffe's order) whatever the loop inside an offset.
+    Parallel over the column rows (serially below PARALLEL_MIN values); each row's outputs
+    are written contiguously. The in-image output ranges of every kernel offset are computed
+    once per call, so the inner loops are plain copies (contiguous ones for stride 1) between
+    runs of zeros.
     """
     out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
     out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
@@ -136,26 +132,70 @@ def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, p
     row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
     h_ranges = _ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h)
     w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
-    for plane in prange(num * channels):
-        n = plane // channels
-        c = plane % channels
-        base = plane * height * width
-        _zero(data, base, base + height * width)
-        for ki in range(kernel_h):
-            h_off = ki * dilation_h - pad_h
-            for kj in range(kernel_w):
-                w_off = kj * dilation_w - pad_w
-                lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
-                first = ((c * kernel_h + ki) * kernel_w + kj) * row_stride + n * image_stride
-                for oh in range(h_ranges[ki, 0], h_ranges[ki, 1]):
-                    src = first + oh * out_w
-                    dst = base + (oh * stride_h + h_off) * width + w_off
-                    if stride_w == 1:
-                        for ow in range(lo, hi):
-                            data[uintp(dst + ow)] += col[uintp(src + ow)]
-                    else:
-                        for ow in range(lo, hi):
-                            data[uintp(dst + ow * stride_w)] += col[uintp(src + ow)]
+    if rows * num * out_h * out_w < PARALLEL_MIN:
+        for r in range(rows):
+            _im2col_row(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                        stride_h, stride_w, dilation_h, dilation_w, col, out_h, out_w,
+                        row_stride, image_stride, h_ranges, w_ranges, r)
+    else:
+        for r in prange(rows):
+            _im2col_row(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                        stride_h, stride_w, dilation_h, dilation_w, col, out_h, out_w,
+                        row_stride, image_stride, h_ranges, w_ranges, r)
+
+
+@njit(cache=True, inline="always")
+def _col2im_plane(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
+                  stride_w, dilation_h, dilation_w, data, out_w, row_stride, image_stride,
+                  h_ranges, w_ranges, plane):
+    """Image plane ``plane`` (image n, channel c) of col2im_batch."""
+    n = plane // channels
+    c = plane % channels
+    base = plane * height * width
+    _zero(data, base, base + height * width)
+    for ki in range(kernel_h):
+        h_off = ki * dilation_h - pad_h
+        for kj in range(kernel_w):
+            w_off = kj * dilation_w - pad_w
+            lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
+            first = ((c * kernel_h + ki) * kernel_w + kj) * row_stride + n * image_stride
+            for oh in range(h_ranges[ki, 0], h_ranges[ki, 1]):
+                src = first + oh * out_w
+                dst = base + (oh * stride_h + h_off) * width + w_off
+                if stride_w == 1:
+                    for ow in range(lo, hi):
+                        data[uintp(dst + ow)] += col[uintp(src + ow)]
+                else:
+                    for ow in range(lo, hi):
+                        data[uintp(dst + ow * stride_w)] += col[uintp(src + ow)]
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                 stride_h, stride_w, dilation_h, dilation_w, data, batch_major):
+    """Fold ``col`` back into ``num`` images, overwriting ``data``: the adjoint of im2col.
+
+    Parallel over image planes (n, c) (serially below PARALLEL_MIN column values); each
+    plane adds up its own column rows, kernel offset by kernel offset. One offset reaches an
+    image element at most once, so every element sums its contributions in row order
+    (Caffe's order) whatever the loop inside an offset.
+    """
+    out_h = conv_out_size(height, kernel_h, pad_h, stride_h, dilation_h)
+    out_w = conv_out_size(width, kernel_w, pad_w, stride_w, dilation_w)
+    rows = channels * kernel_h * kernel_w
+    row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
+    h_ranges = _ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h)
+    w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
+    if rows * num * out_h * out_w < PARALLEL_MIN:
+        for plane in range(num * channels):
+            _col2im_plane(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                          stride_h, stride_w, dilation_h, dilation_w, data, out_w, row_stride,
+                          image_stride, h_ranges, w_ranges, plane)
+    else:
+        for plane in prange(num * channels):
+            _col2im_plane(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                          stride_h, stride_w, dilation_h, dilation_w, data, out_w, row_stride,
+                          image_stride, h_ranges, w_ranges, plane)
 
 
 @njit(cache=True, nogil=True)
