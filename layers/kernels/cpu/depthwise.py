@@ -74,24 +74,43 @@ def _layout(height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w,
     return out_h, out_w, qh, qw, (out_h - 1) * qw + out_w, base
 
 
-@njit(cache=True, inline="always")
-def _phase_rows(phases, p0, image, i0, height, width, pad_h, pad_w, stride_h, stride_w, qh,
-                qw, to_phases):
-    """Copy an image plane (at image[i0:]) into its phase planes (at phases[p0:]), or back
-    out of them (``to_phases`` false). The padding is left as it is."""
+@njit(cache=True, nogil=True)
+def _phase_places(height, width, pad_h, pad_w, stride_h, stride_w, qh, qw):
+    """Where ``_phase_rows`` moves each image row: the offset of row h in the phase planes
+    (``rows[h]``), and per column phase rw the offset of its first element in a row
+    (``cols[rw]``), that element's image column (``firsts[rw]``) and how many it holds
+    (``counts[rw]``). Computed once per call: the divisions by the strides cost more than
+    moving a small plane."""
+    rows = np.empty(height, np.int64)
     for h in range(height):
         hp = h + pad_h
-        row = p0 + ((hp % stride_h) * stride_w * qh + hp // stride_h) * qw
+        rows[h] = ((hp % stride_h) * stride_w * qh + hp // stride_h) * qw
+    cols, firsts = np.empty(stride_w, np.int64), np.empty(stride_w, np.int64)
+    counts = np.empty(stride_w, np.int64)
+    for rw in range(stride_w):
+        w0 = (rw - pad_w) % stride_w  # the first column of phase rw
+        cols[rw] = rw * qh * qw + (w0 + pad_w) // stride_w
+        firsts[rw] = w0
+        counts[rw] = (width - w0 + stride_w - 1) // stride_w
+    return rows, cols, firsts, counts
+
+
+@njit(cache=True, inline="always")
+def _phase_rows(phases, p0, image, i0, width, stride_w, places, to_phases):
+    """Copy an image plane (at image[i0:]) into its phase planes (at phases[p0:]), or back
+    out of them (``to_phases`` false), as ``places`` (``_phase_places``) says. The padding
+    is left as it is."""
+    rows, cols, firsts, counts = places
+    for h in range(rows.shape[0]):
+        row = p0 + rows[h]
         for rw in range(stride_w):
-            w0 = (rw - pad_w) % stride_w  # the first column of phase rw
-            dst = row + rw * qh * qw + (w0 + pad_w) // stride_w
-            src = i0 + h * width + w0
-            count = (width - w0 + stride_w - 1) // stride_w
+            dst = row + cols[rw]
+            src = i0 + h * width + firsts[rw]
             if to_phases:
-                for k in range(count):
+                for k in range(counts[rw]):
                     phases[uintp(dst + k)] = image[uintp(src + k * stride_w)]
             else:
-                for k in range(count):
+                for k in range(counts[rw]):
                     image[uintp(src + k * stride_w)] = phases[uintp(dst + k)]
 
 
@@ -209,6 +228,7 @@ def _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h,
                     bias, use_bias, slope, use_relu, out, parts):
     out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
                                                stride_h, stride_w, dilation_h, dilation_w)
+    places = _phase_places(height, width, pad_h, pad_w, stride_h, stride_w, qh, qw)
     per_in, per_out = channels // group, out_channels // group
     block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
     for part in prange(parts):
@@ -218,8 +238,7 @@ def _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h,
             n, g = job // group, job % group
             for c in range(per_in):
                 _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
-                            * width, height, width, pad_h, pad_w, stride_h, stride_w, qh, qw,
-                            True)
+                            * width, width, stride_w, places, True)
             for m in range(g * per_out, (g + 1) * per_out):
                 for start in range(0, size, CHUNK):
                     stop = min(start + CHUNK, size)
@@ -237,6 +256,7 @@ def _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w,
                           group, im, parts):
     out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
                                                stride_h, stride_w, dilation_h, dilation_w)
+    places = _phase_places(height, width, pad_h, pad_w, stride_h, stride_w, qh, qw)
     per_in, per_out = channels // group, out_channels // group
     block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
     for part in prange(parts):
@@ -264,8 +284,7 @@ def _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w,
                 m += rows
             for c in range(per_in):
                 _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
-                            * width, height, width, pad_h, pad_w, stride_h, stride_w, qh, qw,
-                            False)
+                            * width, width, stride_w, places, False)
 
 
 @njit(cache=True, parallel=True, nogil=True, fastmath={"reassoc"})
@@ -274,6 +293,7 @@ def _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_
                         weight_diff, splits, parts):
     out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
                                                stride_h, stride_w, dilation_h, dilation_w)
+    places = _phase_places(height, width, pad_h, pad_w, stride_h, stride_w, qh, qw)
     per_in, per_out = channels // group, out_channels // group
     block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
     filters = per_out * per_in * taps
@@ -286,8 +306,7 @@ def _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_
             for n in range(s * num // splits, (s + 1) * num // splits):
                 for c in range(per_in):
                     _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
-                                * width, height, width, pad_h, pad_w, stride_h, stride_w, qh,
-                                qw, True)
+                                * width, width, stride_w, places, True)
                 for mo in range(per_out):
                     _to_grid(out, (n * out_channels + g * per_out + mo) * out_h * out_w, out_h,
                              out_w, qw, grids, mo * size)
