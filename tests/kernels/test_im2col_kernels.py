@@ -81,9 +81,8 @@ def image():
     return np.random.default_rng(0).normal(size=(3, 2, 7, 6)).astype(np.float32)
 
 
-@pytest.mark.parametrize("batch_major", [False, True])
-@pytest.mark.parametrize("kernel, pad, stride, dilation", GEOMETRIES_2D)
-def test_batched_2d_kernels_match_numpy(image, kernel, pad, stride, dilation, batch_major):
+def check_batched_2d_kernels(image, kernel, pad, stride, dilation, batch_major):
+    """im2col_batch against numpy's unfolding, col2im_batch against numpy's folding."""
     n, c, h, w = image.shape
     args = (*kernel, *pad, *stride, *dilation)
     expected = reference_im2col(image, kernel, pad, stride, dilation)
@@ -97,26 +96,21 @@ def test_batched_2d_kernels_match_numpy(image, kernel, pad, stride, dilation, ba
     np.testing.assert_allclose(folded.reshape(image.shape),
                                reference_col2im(grad, image.shape, kernel, pad, stride,
                                                 dilation), rtol=1e-6, atol=1e-6)
+    return expected.size
+
+
+@pytest.mark.parametrize("batch_major", [False, True])
+@pytest.mark.parametrize("kernel, pad, stride, dilation", GEOMETRIES_2D)
+def test_batched_2d_kernels_match_numpy(image, kernel, pad, stride, dilation, batch_major):
+    check_batched_2d_kernels(image, kernel, pad, stride, dilation, batch_major)
 
 
 @pytest.mark.parametrize("batch_major", [False, True])
 def test_large_buffers_unfold_and_fold_in_threads(batch_major):
     """Past im2col.PARALLEL_MIN column values the kernels run a prange: the same values."""
     big = np.random.default_rng(2).normal(size=(2, 8, 90, 90)).astype(np.float32)
-    n, c, h, w = big.shape
-    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
-    expected = reference_im2col(big, *geometry)
-    assert expected.size >= kernels.PARALLEL_MIN
-    args = tuple(v for pair in geometry for v in pair)
-    col = np.full(expected.size, np.nan, np.float32)
-    kernels.im2col_batch(big.reshape(-1), n, c, h, w, *args, col, batch_major)
-    np.testing.assert_array_equal(from_layout(col, expected.shape, batch_major), expected)
-    grad = np.random.default_rng(3).normal(size=expected.shape).astype(np.float32)
-    folded = np.full(big.size, np.nan, np.float32)
-    kernels.col2im_batch(as_layout(grad, batch_major), n, c, h, w, *args, folded, batch_major)
-    np.testing.assert_allclose(folded.reshape(big.shape),
-                               reference_col2im(grad, big.shape, *geometry), rtol=1e-6,
-                               atol=1e-6)
+    size = check_batched_2d_kernels(big, (3, 3), (1, 1), (1, 1), (1, 1), batch_major)
+    assert size >= kernels.PARALLEL_MIN
 
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation", GEOMETRIES_2D[::5])
