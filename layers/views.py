@@ -1,5 +1,5 @@
 """Axis helpers shared by layers that work along one axis (softmax, losses, accuracy, ...)."""
-import numpy as np
+import math
 
 from pycaffe_cli.errors import CaffeError
 
@@ -15,6 +15,6 @@ def layer_axis(layer, blob, axis):
 def three_axis_view(array, axis):
     """``array`` reshaped to (count before axis, shape[axis], count after axis)."""
     shape = array.shape
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    return array.reshape(outer, shape[axis], inner)
+    # math.prod, not np.prod: at batch 1 after a forward pass the caches are cold, and
+    # np.prod on a tuple took 25 us there (Softmax's whole step took 100 us).
+    return array.reshape(math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]))
