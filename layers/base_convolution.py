@@ -343,6 +343,11 @@ class BaseConvolutionLayer(Layer):
                 be.add_bias(mat, count, self.conv_out_channels, bias, relu)
             return
         col = self._col_buffer(be, count) if skip_im2col else self._im2col(be, im, count)
+        if count == 1:  # one image: the channel layout is the image layout, no reordering
+            be.gemm_groups(False, weights, col, mat, self._dims(self.out_spatial_dim))
+            if bias is not None:
+                be.add_bias(mat, 1, self.conv_out_channels, bias, relu)
+            return
         y = be.mat_buffer(self.mat_dim * count)
         be.gemm_groups(False, weights, col, y, self._dims(count * self.out_spatial_dim))
         be.to_images(y, count, self.conv_out_channels, self.out_spatial_dim, mat, bias, relu)
