@@ -12,7 +12,7 @@ import numpy as np
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cpu import softmax as rows
+from pycaffe_cli.layers.kernels.cpu import softmax as softmax_rows
 from pycaffe_cli.layers.kernels.cuda import loss as gpu
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
@@ -25,9 +25,9 @@ def softmax_forward(x, out):
     outer, channels, inner = x.shape
     if inner == 1 and x.flags.c_contiguous and out.flags.c_contiguous:
         x, out = x.reshape(-1), out.reshape(-1)
-        rows.shift_by_row_max(x, out, outer, channels)
+        softmax_rows.shift_by_row_max(x, out, outer, channels)
         np.exp(out, out=out)
-        rows.divide_by_row_sums(out, outer, channels)
+        softmax_rows.divide_by_row_sums(out, outer, channels)
         return
     peak = x.max(axis=1, keepdims=True)
     np.subtract(x, peak, out=out)

@@ -21,10 +21,11 @@ def shift_by_row_max(x, out, rows, cols):
         peak = x[uintp(base)]
         for c in range(1, cols):
             value = x[uintp(base + c)]
-            if value > peak or value != value:
+            if value != value:  # NaN: the row's max is NaN
                 peak = value
-                if value != value:
-                    break
+                break
+            if value > peak:
+                peak = value
         for c in range(cols):
             out[uintp(base + c)] = x[uintp(base + c)] - peak
 

@@ -176,7 +176,9 @@ def _tile_corners(image_size, out_h, out_w, tiles_h, tiles_w, first, count):
 
 @njit(cache=True, inline="always")
 def _scatter_tiles(tiles, count, starts, heights, widths, plane_at, out_w, out):
-    """out[tile t's place] = tiles[(a, b), t], the parts inside the output."""
+    """out[tile t's place] = tiles[(a, b), t], the parts inside the output. Whole tiles take
+    a loop of constant extent, which LLVM unrolls: the output transform ran 10-20% slower
+    with the one clipped loop for every tile (64 channels x 196 tiles: 198 vs 163 us)."""
     for t in range(count):
         start = plane_at + starts[t]
         if heights[t] == TILE and widths[t] == TILE:
