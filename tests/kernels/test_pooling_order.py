@@ -14,6 +14,11 @@ FLT_MAX = np.finfo(np.float32).max
 CASES = [((2, 7, 6), (3, 3), (1, 1), (1, 1)), ((2, 9, 9), (3, 3), (2, 2), (0, 0)),
          ((1, 8, 7), (3, 2), (2, 1), (1, 0)), ((2, 6, 6), (2, 2), (2, 2), (0, 0)),
          ((1, 7, 9), (4, 3), (1, 2), (2, 1))]
+# MAX's stride-2 2x2 and 3x3 windows run inner and border windows apart: padded, clipped on
+# the far side (ceil), both, and planes with no inner window at all.
+SQUARE_STRIDE_2 = [((2, 10, 11), (3, 3), (2, 2), (1, 1)), ((2, 7, 9), (2, 2), (2, 2), (1, 0)),
+                   ((3, 8, 8), (3, 3), (2, 2), (0, 0)), ((1, 7, 6), (2, 2), (2, 2), (0, 1)),
+                   ((2, 2, 2), (3, 3), (2, 2), (1, 1)), ((1, 1, 5), (2, 2), (2, 2), (0, 0))]
 
 
 def windows(shape, kernel, stride, pad):
@@ -66,7 +71,7 @@ def test_ave_sums_in_caffe_order(shape, kernel, stride, pad):
 
 
 @pytest.mark.parametrize("mask_dtype", [np.int32, np.float32])
-@pytest.mark.parametrize("shape, kernel, stride, pad", CASES)
+@pytest.mark.parametrize("shape, kernel, stride, pad", CASES + SQUARE_STRIDE_2)
 def test_max_routes_in_caffe_order(shape, kernel, stride, pad, mask_dtype):
     rng = np.random.default_rng(1)
     x = rng.integers(0, 4, size=shape).astype(np.float32)   # many ties: first one wins
@@ -101,3 +106,21 @@ def test_max_skips_nan_and_a_window_without_a_maximum(mask_dtype):
     bottom_diff = np.full(x.shape, np.nan, np.float32)
     kernels.max_pool_backward(np.ones_like(top), mask, bottom_diff, 2, 2, 2, 2, 0, 0)
     np.testing.assert_array_equal(bottom_diff[0], [[0, 0, 0, 0], [1, 0, 0, 0]])
+
+
+# the last: enough clipped windows for the border pass to run on all threads
+@pytest.mark.parametrize("shape, kernel, stride, pad", SQUARE_STRIDE_2 + [
+    ((1000, 6, 7), (3, 3), (2, 2), (1, 1))])
+def test_max_square_stride_2_windows_match_the_general_kernel(shape, kernel, stride, pad):
+    """NaNs, infinities and ties anywhere in the window: the inner kernels combine each
+    window's rows and must pick the same first maximum as the element-by-element scan."""
+    rng = np.random.default_rng(2)
+    x = rng.choice(np.array([np.nan, -np.inf, np.inf, -1, 0, 1, 2], np.float32),
+                   size=shape)
+    top = np.empty(out_shape(shape, kernel, stride, pad), np.float32)
+    mask = np.empty(top.shape, np.int32)
+    want_top, want_mask = np.empty_like(top), np.empty_like(mask)
+    kernels.max_pool_forward(x, top, mask, *args(kernel, stride, pad))
+    kernels._max_pool_any(x, want_top, want_mask, *args(kernel, stride, pad))
+    np.testing.assert_array_equal(top.view(np.int32), want_top.view(np.int32))
+    np.testing.assert_array_equal(mask, want_mask)
