@@ -124,3 +124,18 @@ def test_max_square_stride_2_windows_match_the_general_kernel(shape, kernel, str
     kernels._max_pool_any(x, want_top, want_mask, *args(kernel, stride, pad))
     np.testing.assert_array_equal(top.view(np.int32), want_top.view(np.int32))
     np.testing.assert_array_equal(mask, want_mask)
+
+
+@pytest.mark.parametrize("shape, kernel, stride, pad", SQUARE_STRIDE_2 + [
+    ((3, 8, 6), (2, 2), (2, 2), (0, 0)), ((2, 9, 11), (3, 3), (2, 2), (0, 0))])
+def test_max_values_without_the_mask_match_the_top_with_it(shape, kernel, stride, pad):
+    """The inference pass's mask-free max (the last two: every window inside the plane,
+    the square kernels' mask-free variant; the others: the column-maximum kernel)."""
+    rng = np.random.default_rng(3)
+    x = rng.choice(np.array([np.nan, -np.inf, np.inf, -1, 0, 1, 2], np.float32),
+                   size=shape)
+    want = np.empty(out_shape(shape, kernel, stride, pad), np.float32)
+    kernels.max_pool_forward(x, want, np.empty(want.shape, np.int32), *args(kernel, stride, pad))
+    top = np.full_like(want, 7)
+    kernels.max_pool_forward_values(x, top, *args(kernel, stride, pad))
+    np.testing.assert_array_equal(top.view(np.int32), want.view(np.int32))
