@@ -9,7 +9,9 @@ channels [c - pre_pad, c + pre_pad], pre_pad = (size - 1) / 2 (channels outside 
 
 Both passes keep a running window sum over channels (add the channel entering, subtract the
 one leaving), as Caffe's CrossChannelForward/Backward_cpu do, with a ``prange`` over
-(image, block of pixels) pairs.
+(image, block of pixels) pairs. Indices are cast to ``uintp`` (numba's wraparound handling
+of signed ones kept the loops from vectorising: 2.3x slower forward, and with the ratio a
+call of its own, 5.6x slower backward).
 
 WITHIN_CHANNEL (Caffe composes Split, Power, AVE Pooling, Power and Eltwise PROD layers; the
 same maths here, in the same order), with a local_size x local_size window padded by pre_pad:
@@ -18,7 +20,7 @@ same maths here, in the same order), with a local_size x local_size window padde
     dx = dy * p + 2 x * avepool_backward(dy * x * (-beta alpha) * p / (1 + alpha s))
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uintp
 
 from pycaffe_cli.layers.kernels.cpu.pooling import ave_pool_backward, ave_pool_forward
 
@@ -37,6 +39,11 @@ def _power(scale, beta, three_quarters):
     return scale ** -beta
 
 
+@njit(cache=True, inline="always")
+def _square(x, n, c, i):
+    return x[n, uintp(c), i] * x[n, uintp(c), i]
+
+
 @njit(cache=True, parallel=True)
 def lrn_across_forward(bottom, scale, top, size, alpha_over_size, k, beta):
     """Fill ``scale`` and ``top`` (N, C, P) from ``bottom``; scalars are float32."""
@@ -45,31 +52,36 @@ def lrn_across_forward(bottom, scale, top, size, alpha_over_size, k, beta):
     pre_pad = (size - 1) // 2
     blocks = (pixels + PIXEL_BLOCK - 1) // PIXEL_BLOCK
     for job in prange(num * blocks):
-        n = job // blocks
+        n = uintp(job // blocks)
         i0 = (job % blocks) * PIXEL_BLOCK
         i1 = min(i0 + PIXEL_BLOCK, pixels)
+        first = uintp(0)
         for i in range(i0, i1):
-            scale[n, 0, i] = k
+            scale[n, first, uintp(i)] = k
         for c in range(min(size - pre_pad, channels)):
             for i in range(i0, i1):
-                scale[n, 0, i] += alpha_over_size * (bottom[n, c, i] * bottom[n, c, i])
+                scale[n, first, uintp(i)] += alpha_over_size * _square(bottom, n, c, uintp(i))
         for c in range(1, channels):
             head = c + pre_pad
             tail = c - 1 - pre_pad
             for i in range(i0, i1):
-                value = scale[n, c - 1, i]
+                at = uintp(i)
+                value = scale[n, uintp(c - 1), at]
                 if head < channels:
-                    value += alpha_over_size * (bottom[n, head, i] * bottom[n, head, i])
+                    value += alpha_over_size * _square(bottom, n, head, at)
                 if tail >= 0:
-                    value += -alpha_over_size * (bottom[n, tail, i] * bottom[n, tail, i])
-                scale[n, c, i] = value
+                    value += -alpha_over_size * _square(bottom, n, tail, at)
+                scale[n, uintp(c), at] = value
         for c in range(channels):
             for i in range(i0, i1):
-                top[n, c, i] = bottom[n, c, i] * _power(scale[n, c, i], beta, three_quarters)
+                at = uintp(i)
+                top[n, uintp(c), at] = bottom[n, uintp(c), at] * _power(
+                    scale[n, uintp(c), at], beta, three_quarters)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ratio(top_diff, top, scale, n, c, i):
+    c = uintp(c)
     return top_diff[n, c, i] * top[n, c, i] / scale[n, c, i]
 
 
@@ -81,25 +93,27 @@ def lrn_across_backward(bottom, top, scale, top_diff, bottom_diff, size, beta, c
     pre_pad = (size - 1) // 2
     blocks = (pixels + PIXEL_BLOCK - 1) // PIXEL_BLOCK
     for job in prange(num * blocks):
-        n = job // blocks
+        n = uintp(job // blocks)
         i0 = (job % blocks) * PIXEL_BLOCK
         i1 = min(i0 + PIXEL_BLOCK, pixels)
         accum = np.zeros(i1 - i0, np.float32)
         # channels -pre_pad .. pre_pad - 1: the window of channel 0 but its last member
         for c in range(min(pre_pad, channels)):
             for i in range(i0, i1):
-                accum[i - i0] += _ratio(top_diff, top, scale, n, c, i)
+                accum[uintp(i - i0)] += _ratio(top_diff, top, scale, n, c, uintp(i))
         for c in range(channels):
             head = c + pre_pad
             tail = c - pre_pad
             for i in range(i0, i1):
+                at, j = uintp(i), uintp(i - i0)
                 if head < channels:
-                    accum[i - i0] += _ratio(top_diff, top, scale, n, head, i)
-                grad = top_diff[n, c, i] * _power(scale[n, c, i], beta, three_quarters)
-                grad += -cache_ratio * (bottom[n, c, i] * accum[i - i0])
-                bottom_diff[n, c, i] = grad
+                    accum[j] += _ratio(top_diff, top, scale, n, head, at)
+                grad = top_diff[n, uintp(c), at] * _power(scale[n, uintp(c), at], beta,
+                                                          three_quarters)
+                grad += -cache_ratio * (bottom[n, uintp(c), at] * accum[j])
+                bottom_diff[n, uintp(c), at] = grad
                 if tail >= 0:
-                    accum[i - i0] -= _ratio(top_diff, top, scale, n, tail, i)
+                    accum[j] -= _ratio(top_diff, top, scale, n, tail, at)
 
 
 def _square_window(size):
