@@ -117,8 +117,22 @@ def _phase_rows(phases, p0, image, i0, width, stride_w, places, to_phases):
 @njit(cache=True, inline="always")
 def _gather_taps(y, start, stop, weights, first, x, x0, base, taps):
     """y[j] += weights[first + t] x[x0 + base[t] + j] for each tap t in turn, j in [start,
-    stop); three taps to a pass over y."""
+    stop); five taps to a pass over y, then three, then one."""
     t = 0
+    while t + 5 <= taps:
+        w0, w1, w2 = weights[first + t], weights[first + t + 1], weights[first + t + 2]
+        w3, w4 = weights[first + t + 3], weights[first + t + 4]
+        b0, b1, b2 = x0 + base[t], x0 + base[t + 1], x0 + base[t + 2]
+        b3, b4 = x0 + base[t + 3], x0 + base[t + 4]
+        for j in range(start, stop):
+            v = y[uintp(j)]
+            v += w0 * x[uintp(b0 + j)]
+            v += w1 * x[uintp(b1 + j)]
+            v += w2 * x[uintp(b2 + j)]
+            v += w3 * x[uintp(b3 + j)]
+            v += w4 * x[uintp(b4 + j)]
+            y[uintp(j)] = v
+        t += 5
     while t + 3 <= taps:
         w0, w1, w2 = weights[first + t], weights[first + t + 1], weights[first + t + 2]
         b0, b1, b2 = x0 + base[t], x0 + base[t + 1], x0 + base[t + 2]
