@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli import blas
+from pycaffe_cli.layers.kernels.cpu import gemm
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 
 
@@ -22,3 +23,39 @@ def test_gemm_accumulate_matches_numpy(rows, transposed, through_blas, monkeypat
     expected = out + a @ b
     gemm_accumulate(a, b, out, block_rows=64)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("start", ["zeros", "values"])
+@pytest.mark.parametrize("rows, depth, terms", [(50, 500, 4096), (3, 700, 512)])
+def test_few_rows_accumulate_transposed_to_the_bit(rows, depth, terms, start):
+    """Weight-gradient shapes (few output channels, a long sum) take the transposed product:
+    the same bits as one BLAS call into ``out``, whether ``out`` starts at zero or not."""
+    rng = np.random.default_rng(rows)
+    y = rng.standard_normal((rows, terms), dtype=np.float32)
+    col = rng.standard_normal((depth, terms), dtype=np.float32)
+    out = np.zeros((rows, depth), np.float32) if start == "zeros" else \
+        rng.standard_normal((rows, depth), dtype=np.float32)
+    want = out.copy()
+    assert blas.accumulate(y, col.T, want)
+    assert gemm.transposed_pays(y, out)
+    gemm_accumulate(y, col.T, out)
+    np.testing.assert_array_equal(out.view(np.int32), want.view(np.int32))
+
+
+def test_the_transposed_product_is_only_for_few_rows_and_long_sums():
+    a, out = np.empty((129, 600), np.float32), np.empty((129, 300), np.float32)
+    assert not gemm.transposed_pays(a, out)                                    # rows
+    assert not gemm.transposed_pays(a[:10, :511], out[:10])                     # short sum
+    assert not gemm.transposed_pays(a[:10], np.empty((10, 10), np.float32))     # square
+    assert gemm.transposed_pays(a[:128, :512], out[:128])
+
+
+def test_the_transposed_product_falls_back_without_blas(monkeypatch):
+    monkeypatch.setattr(blas, "accumulate", lambda a, b, out: False)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((20, 600), dtype=np.float32)
+    b = rng.standard_normal((600, 40), dtype=np.float32)
+    out = rng.standard_normal((20, 40), dtype=np.float32)
+    expected = out + a @ b
+    gemm_accumulate(a, b, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
