@@ -24,8 +24,8 @@ SQUARE_STRIDE_2 = [((2, 10, 11), (3, 3), (2, 2), (1, 1)), ((2, 7, 9), (2, 2), (2
 def windows(shape, kernel, stride, pad):
     """(ph, pw, rows, cols, pool_size) in row-major order (Caffe's loops)."""
     _, height, width = shape
-    pooled = [pool_out_size(s, k, p, st) for s, k, p, st in zip((height, width), kernel,
-                                                               pad, stride)]
+    pooled = [pool_out_size(s, k, p, st)
+              for s, k, p, st in zip((height, width), kernel, pad, stride)]
     for ph in range(pooled[0]):
         for pw in range(pooled[1]):
             h0, w0 = ph * stride[0] - pad[0], pw * stride[1] - pad[1]

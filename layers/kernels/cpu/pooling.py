@@ -383,8 +383,8 @@ def ave_pool_backward(top_diff, bottom_diff, kernel_h, kernel_w, stride_h, strid
                 plane[uintp(h), uintp(w)] = 0
         for ph in range(top_diff.shape[1]):
             for pw in range(top_diff.shape[2]):
-                share = top_diff[uintp(p), uintp(ph), uintp(pw)] / np.float32(rows[ph, 2]
-                                                                             * cols[pw, 2])
+                size = np.float32(rows[ph, 2] * cols[pw, 2])
+                share = top_diff[uintp(p), uintp(ph), uintp(pw)] / size
                 for h in range(rows[ph, 0], rows[ph, 1]):
                     for w in range(cols[pw, 0], cols[pw, 1]):
                         plane[uintp(h), uintp(w)] += share
