@@ -37,17 +37,21 @@ def test_few_rows_accumulate_transposed_to_the_bit(rows, depth, terms, start):
         rng.standard_normal((rows, depth), dtype=np.float32)
     want = out.copy()
     assert blas.accumulate(y, col.T, want)
-    assert gemm.transposed_pays(y, out)
+    assert gemm.transposed_pays(y, col.T, out)
     gemm_accumulate(y, col.T, out)
     np.testing.assert_array_equal(out.view(np.int32), want.view(np.int32))
 
 
 def test_the_transposed_product_is_only_for_few_rows_and_long_sums():
-    a, out = np.empty((129, 600), np.float32), np.empty((129, 300), np.float32)
-    assert not gemm.transposed_pays(a, out)                                    # rows
-    assert not gemm.transposed_pays(a[:10, :511], out[:10])                     # short sum
-    assert not gemm.transposed_pays(a[:10], np.empty((10, 10), np.float32))     # square
-    assert gemm.transposed_pays(a[:128, :512], out[:128])
+    a, b = np.empty((129, 600), np.float32), np.empty((300, 600), np.float32).T
+    out = np.empty((129, 300), np.float32)
+    assert gemm.transposed_pays(a[:128, :512], b[:512], out[:128])
+    assert not gemm.transposed_pays(a, b, out)                                  # rows
+    assert not gemm.transposed_pays(a[:10, :511], b[:511], out[:10])            # short sum
+    assert not gemm.transposed_pays(a[:10], b[:, :10], np.empty((10, 10), np.float32))
+    # an inner product's weight gradient: dy^T (a transposed view) @ x (row-major)
+    assert not gemm.transposed_pays(np.empty((600, 10), np.float32).T,
+                                    np.empty((600, 300), np.float32), out[:10])
 
 
 def test_the_transposed_product_falls_back_without_blas(monkeypatch):
