@@ -139,3 +139,22 @@ def test_max_values_without_the_mask_match_the_top_with_it(shape, kernel, stride
     top = np.full_like(want, 7)
     kernels.max_pool_forward_values(x, top, *args(kernel, stride, pad))
     np.testing.assert_array_equal(top.view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize("planes", [1, 8, 13, 1003])
+def test_global_average_sums_each_plane_in_caffe_order(planes):
+    """Global AVE pooling sums eight planes side by side (the rest one by one): each plane
+    element by element, to the bit the window kernel's numbers, infinities and NaNs too."""
+    rng = np.random.default_rng(planes)
+    x = rng.normal(size=(planes, 13, 11)).astype(np.float32) * np.float32(1e3)
+    x.reshape(-1)[::97] = np.inf
+    x.reshape(-1)[::211] = np.nan
+    top, want = np.full((planes, 1, 1), 7, np.float32), np.empty((planes, 1, 1), np.float32)
+    kernels.ave_pool_forward(x, top, 13, 11, 1, 1, 0, 0)
+    kernels._ave_pool_any(x, want, 13, 11, 1, 1, 0, 0)
+    np.testing.assert_array_equal(top.view(np.int32), want.view(np.int32))
+    sums = [np.float32(0)] * planes
+    for p in range(planes):
+        for value in x[p].reshape(-1):
+            sums[p] = np.float32(sums[p] + value)
+    np.testing.assert_array_equal(top.reshape(-1), np.array(sums, np.float32) / np.float32(143))
