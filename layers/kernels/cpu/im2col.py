@@ -186,16 +186,22 @@ def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, p
     row_stride, image_stride = _strides(num, rows, out_h * out_w, batch_major)
     h_ranges = _ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h)
     w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
+    # Job j folds plane (j % a) b + (j // a) d: in the (rows, num, P) layout the images of
+    # one channel in turn, so neighbouring jobs read neighbouring stretches of each column
+    # row (image by image, each job read its own stretch of every row, far apart: 10 x 96
+    # channels at 55x55, caches cold, 5.9 -> 4.8 ms). Arithmetic, not a branch: with the
+    # order chosen by an if, LLVM made the fold 3x slower.
+    a, b, d = (channels, 1, channels) if batch_major else (num, channels, 1)
     if rows * num * out_h * out_w < PARALLEL_MIN:
-        for plane in range(num * channels):
+        for job in range(num * channels):
             _col2im_plane(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                           stride_h, stride_w, dilation_h, dilation_w, data, out_w, row_stride,
-                          image_stride, h_ranges, w_ranges, plane)
+                          image_stride, h_ranges, w_ranges, (job % a) * b + (job // a) * d)
     else:
-        for plane in prange(num * channels):
+        for job in prange(num * channels):
             _col2im_plane(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                           stride_h, stride_w, dilation_h, dilation_w, data, out_w, row_stride,
-                          image_stride, h_ranges, w_ranges, plane)
+                          image_stride, h_ranges, w_ranges, (job % a) * b + (job // a) * d)
 
 
 @njit(cache=True, nogil=True)
