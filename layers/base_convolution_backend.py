@@ -20,6 +20,8 @@ on the blob layouts, no im2col (kernels/cpu/depthwise.py and its CUDA twin)::
     direct_forward:        mat = conv(im) (+ bias) (ReLU: CPU)  (forward_gemm)
     direct_backward_data:  im = conv^T(mat)                 (backward_gemm)
     direct_weight_grad:    dW += the window sums of mat x im (weight_gemm)
+    direct_backward:       dW, db, dim from one pass over mat (Convolution's backward; the
+                           CPU fuses the three, the GPU runs its kernels in turn)
 
 The CPU backend keeps numpy's float32 order of operations (batched ``np.matmul``, the numba
 layout kernels, the bias gradient in numpy's pairwise order, fused into the reordering of
@@ -162,6 +164,12 @@ class CpuConvBackend:
         depthwise.weight_grad(im, mat, count, *geometry.args_2d(), out_channels, group,
                               weight_diff)
 
+    @staticmethod
+    def direct_backward(geometry, im, mat, count, weights, out_channels, group, weight_diff,
+                        im_diff, bias_diff):
+        depthwise.backward(im, mat, count, *geometry.args_2d(), weights, out_channels, group,
+                           weight_diff, im_diff, bias_diff)
+
     # --- bias ------------------------------------------------------------------------------
     @staticmethod
     def add_bias(data, num, channels, bias, relu_slope=None):
@@ -290,6 +298,17 @@ class GpuConvBackend:
     def direct_weight_grad(self, geometry, im, mat, count, out_channels, group, weight_diff):
         self._depthwise.weight_grad(im, mat, count, *geometry.args_2d(), out_channels, group,
                                     weight_diff)
+
+    def direct_backward(self, geometry, im, mat, count, weights, out_channels, group,
+                        weight_diff, im_diff, bias_diff):
+        """The three gradients, each where its array is given, one kernel after another."""
+        if bias_diff is not None:
+            self.bias_grad(mat, count, out_channels, bias_diff)
+        if weight_diff is not None:
+            self.direct_weight_grad(geometry, im, mat, count, out_channels, group, weight_diff)
+        if im_diff is not None:
+            self.direct_backward_data(geometry, mat, count, weights, out_channels, group,
+                                      im_diff)
 
     # --- bias ------------------------------------------------------------------------------
     def add_bias(self, data, num, channels, bias, relu_slope=None):

@@ -109,6 +109,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def backward_with(self, be, top, propagate_down, bottom):
         weights_down = self.param_propagate_down[0]
         for i, (y, x) in enumerate(zip(top, bottom)):
+            if self.plan is Plan.DIRECT:
+                self._backward_direct(be, y, x, propagate_down[i])
+                continue
             # The GEMMs take the top diff as (C_out, count P): where a pass reorders it,
             # block by block, the CPU backend also sums the bias gradient on the way. The
             # DIRECT plan reads the blob layout.
@@ -133,3 +136,18 @@ class ConvolutionLayer(BaseConvolutionLayer):
                                        count, dy_transposed)
             if sums is not None:
                 self.add_bias_diff(be, sums)
+
+    def _backward_direct(self, be, y, x, data_down):
+        """The DIRECT plan's gradients (weights, bias, bottom: each where wanted) in one pass
+        over the top diff, the whole batch at once."""
+        weights_down = self.param_propagate_down[0]
+        bias_down = self.bias_term and self.param_propagate_down[1]
+        if not (weights_down or bias_down or data_down):
+            return
+        be.direct_backward(self.geometry, be.read_data(x) if weights_down else None,
+                           be.read_diff(y), self.num,
+                           be.read_data(self.blobs[0]) if data_down else None,
+                           self.conv_out_channels, self.group,
+                           be.write_diff(self.blobs[0]) if weights_down else None,
+                           be.write_diff(x) if data_down else None,
+                           be.write_diff(self.blobs[1]) if bias_down else None)

@@ -211,3 +211,74 @@ def test_direct_forward_fuses_the_relu_to_the_bit(slope):
     fused = np.empty_like(out)
     depthwise.forward(im, num, *geometry, weights, channels, channels, bias, fused, slope)
     np.testing.assert_array_equal(fused.view(np.uint32), out.view(np.uint32))
+
+
+FUSED_GEOMETRIES = [  # num, (channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+    # stride_h, stride_w, dilation_h, dilation_w), out_channels, group, out_h, out_w
+    (64, (1, 28, 28, 5, 5, 0, 0, 1, 1, 1, 1), 20, 1, 24, 24),  # LeNet conv1
+    (5, (6, 11, 10, 3, 2, 2, 1, 2, 3, 2, 1), 12, 3, 6, 4),
+    (1, (4, 60, 70, 3, 3, 1, 1, 1, 1, 1, 1), 4, 4, 60, 70),  # a grid longer than CHUNK
+]
+
+
+@pytest.mark.parametrize("wanted", [(True, True, True), (True, False, False),
+                                    (False, True, False), (False, False, True),
+                                    (True, False, True), (False, True, True)])
+@pytest.mark.parametrize("case", FUSED_GEOMETRIES)
+def test_fused_backward_gives_the_bits_of_separate_passes(case, wanted):
+    """``depthwise.backward`` computes each wanted gradient in one pass over the top diff:
+    the bits of ``weight_grad``, ``backward_data`` and the bias sums run one by one, and it
+    leaves the arrays it is not given alone."""
+    from pycaffe_cli.layers.kernels.cpu import depthwise
+    from pycaffe_cli.layers.kernels.cpu.layout import channel_sums
+    num, geometry, out_channels, group, out_h, out_w = case
+    channels, height, width, kernel_h, kernel_w = geometry[:5]
+    rng = np.random.default_rng(11)
+    im = rng.standard_normal(num * channels * height * width).astype(np.float32)
+    out = rng.standard_normal(num * out_channels * out_h * out_w).astype(np.float32)
+    weights = rng.standard_normal(out_channels * channels // group * kernel_h
+                                  * kernel_w).astype(np.float32)
+    start = [rng.standard_normal(weights.size).astype(np.float32),
+             rng.standard_normal(im.size).astype(np.float32),
+             rng.standard_normal(out_channels).astype(np.float32)]
+    want = [a.copy() for a in start]
+    depthwise.weight_grad(im, out, num, *geometry, out_channels, group, want[0])
+    depthwise.backward_data(out, num, *geometry, weights, out_channels, group, want[1])
+    sums = np.zeros(out_channels, np.float32)
+    channel_sums(out, num, out_channels, out_h * out_w, sums)
+    want[2] += sums
+    got = [a.copy() for a in start]
+    depthwise.backward(im, out, num, *geometry, weights, out_channels, group,
+                       *[g if w else None for g, w in zip(got, wanted)])
+    for g, w, s, given in zip(got, want, start, wanted):
+        np.testing.assert_array_equal(g.view(np.uint32), (w if given else s).view(np.uint32))
+
+
+@pytest.mark.parametrize("weights_down, bias_down, data_down",
+                         [(True, False, False), (False, True, False), (False, False, True),
+                          (False, False, False), (True, True, False)])
+def test_direct_backward_computes_only_what_is_asked(weights_down, bias_down, data_down):
+    """Convolution's one-pass DIRECT backward (LeNet's conv1 plan, and depthwise) writes
+    the weight, bias and bottom diffs only where ``param_propagate_down`` and
+    ``propagate_down`` ask, with the GEMM plan's numbers there (7 stands in the others)."""
+    for case in [(CONV, (17, 1, 12, 12), "num_output: 6 kernel_size: 5"), CASES[5]]:
+        layer, bottom, top = set_up_case(*case)
+        dy = np.random.default_rng(5).normal(size=top[0].shape)
+        want = run_plan(layer, bottom, top, Plan.GEMM, dy)
+        layer.force_plan = Plan.DIRECT
+        layer.forward(bottom, top)
+        assert layer.plan is Plan.DIRECT
+        layer.param_propagate_down = [weights_down, bias_down]
+        top[0].diff[...] = dy
+        bottom[0].diff[...] = 7
+        for blob in layer.blobs:
+            blob.diff[...] = 7
+        layer.backward(top, [data_down], bottom)
+        # The bottom diff is written, the parameters' diffs are added to.
+        got = [bottom[0].diff, layer.blobs[0].diff - 7, layer.blobs[1].diff - 7]
+        for given, g, w, what in zip([data_down, weights_down, bias_down], got, want[1:],
+                                     ["bottom", "weight", "bias"]):
+            if given:
+                assert_close(g, w, what)
+            else:
+                assert (g == (7 if what == "bottom" else 0)).all(), what

@@ -23,34 +23,42 @@ grid's columns out_w..qw-1 are scratch (computed, never stored; zero where they 
 Over the L = (out_h - 1) qw + out_w grid positions:
 
 * ``forward``: one job per (image, group): Y[j] = sum over (c, tap) of weights[m, c, tap]
-  phases_c[base[tap] + j], taps three to a pass, then out = Y's columns (+ bias, then the
-  inference plan's fused ReLU, if any). Per element the terms come in (c, ki, kj) order,
-  the padding's as w * 0: the GEMM path's terms in its order, and its "sum, then bias".
-* ``backward_data``: the adjoint, one job per (image, group): d phases_c[base[t] + j] +=
-  weights[m, c, t] D_m[j] for each output m and tap t in turn (D_m: the output gradient on the
-  grid, scratch columns 0), four outputs a pass where a group has four or more (their products
-  summed, then added: 2.3x faster on LeNet conv1), then im = the image pixels of d phases. A
-  job owns its planes, so no two threads write one element.
-* ``weight_grad``: one job per group and slice of the images (a group's images are split
-  into slices only where there are fewer groups than ``prange`` parts: group 1, an ordinary
-  convolution with a tiny window, see base_convolution_plan.py): for each image,
-  dW[m, c, t] += the dot product of D_m with phases_c[base[t]:], four outputs m at a time
-  sharing each load of the phases (1.6x faster on LeNet conv1's 20 outputs), float32 dot
-  products (``reassoc`` lets LLVM split them over SIMD lanes) added into float64 totals, the
-  slices' totals summed in order, then ``weight_diff += total`` (the GEMM path's
-  dW += grad).
+  phases_c[base[tap] + j], taps five to a pass (then three, then one), then out = Y's
+  columns (+ bias, then the inference plan's fused ReLU, if any). Per element the terms
+  come in (c, ki, kj) order, the padding's as w * 0: the GEMM path's terms in its order,
+  and its "sum, then bias".
+* ``backward``: the gradients in one pass over the output-side gradient D (LeNet conv1's
+  backward: 1.18 -> 1.04 ms alone, the pass ~0.3-0.7 ms faster, reading D once instead of
+  three times). One job per group and slice of the images (a group's images are split into
+  slices only where there are fewer groups than ``prange`` parts: group 1, an ordinary
+  convolution with a tiny window, see base_convolution_plan.py). For each image the job copies
+  D_m onto grids (scratch columns 0), then, each where it is asked for:
+
+  - the bias: each output plane's sum in numpy's pairwise order, summed image by image after
+    the jobs (``layout.channel_sums``'s numbers);
+  - ``weight_grad``: dW[m, c, t] += the dot product of D_m with phases_c[base[t]:], four
+    outputs m at a time sharing each load of the phases (1.6x faster on LeNet conv1's 20
+    outputs), float32 dot products (``reassoc`` lets LLVM split them over SIMD lanes; the
+    function is not inlined, so the other sums keep their order) added into float64
+    totals, the slices' totals summed in order, then ``weight_diff += total`` (the GEMM
+    path's dW += grad);
+  - ``backward_data``, the adjoint: d phases_c[base[t] + j] += weights[m, c, t] D_m[j] for
+    each output m and tap t in turn, four outputs a pass where a group has four or more
+    (their products summed, then added: 2.3x faster on LeNet conv1), then im = the image
+    pixels of d phases. A job owns its images' planes, so no two threads write one element.
 
 Jobs run in a few ``prange`` parts per thread, each part allocating its buffers once; LLVM
 knows such buffers alias nothing, so the loops vectorise without runtime overlap checks. The
 grid is swept in chunks of ``CHUNK`` positions, all taps per chunk, to stay in L1. Arrays are
 flat (1-d) C-contiguous float32; indices are cast to ``uintp`` (numba cannot prove a signed
-index non-negative; see kernels/cpu/im2col.py). The CUDA twins in kernels/cuda/depthwise.py
-have the same names and signatures.
+index non-negative; see kernels/cpu/im2col.py). The CUDA twins of ``forward``,
+``backward_data`` and ``weight_grad`` in kernels/cuda/depthwise.py have the same names and
+signatures; the GPU backend runs them in turn where the CPU runs ``backward``.
 """
 import numpy as np
 from numba import float32, njit, prange, uintp
 
-from pycaffe_cli.layers.kernels.cpu.layout import prange_parts, rectify
+from pycaffe_cli.layers.kernels.cpu.layout import pairwise_sum, prange_parts, rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
 CHUNK = 2048  # grid positions per pass: a chunk of the grid stays in L1 while the taps run
@@ -264,75 +272,89 @@ def _forward_kernel(im, num, channels, height, width, kernel_h, kernel_w, pad_h,
                            bias[m] if use_bias else float32(0.0), slope, use_relu)
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
-                          stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
-                          group, im, parts):
-    out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
-                                               stride_h, stride_w, dilation_h, dilation_w)
-    places = _phase_places(height, width, pad_h, pad_w, stride_h, stride_w, qh, qw)
-    per_in, per_out = channels // group, out_channels // group
-    block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
-    for part in prange(parts):
-        phases = np.empty(per_in * block, np.float32)
-        grid = np.zeros(4 * size, np.float32)  # four outputs; the scratch columns stay 0
-        for job in range(part * num * group // parts, (part + 1) * num * group // parts):
-            n, g = job // group, job % group
-            phases[:] = 0
-            m, whole = g * per_out, g * per_out + per_out - per_out % 4
-            while m < (g + 1) * per_out:  # outputs four at a time, then one by one
-                rows = 4 if m < whole else 1
-                for i in range(rows):
-                    _to_grid(out, (n * out_channels + m + i) * out_h * out_w, out_h, out_w, qw,
-                             grid, i * size)
-                for start in range(0, size, CHUNK):
-                    stop = min(start + CHUNK, size)
-                    for c in range(per_in):
-                        if rows == 4:
-                            _scatter_taps4(phases, c * block, base, weights,
-                                           (m * per_in + c) * taps, per_in * taps, taps, grid,
-                                           size, start, stop)
-                        else:
-                            _scatter_taps(phases, c * block, base, weights,
-                                          (m * per_in + c) * taps, taps, grid, start, stop)
-                m += rows
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _add_grid_dots(totals, grids, phases, base, per_out, per_in, taps, size, block):
+    """``_grid_dots`` over the whole grid, chunk by chunk. Not inlined: its float32 dot
+    products may be split over SIMD lanes (``reassoc``), the caller's sums may not."""
+    for start in range(0, size, CHUNK):
+        _grid_dots(totals, grids, phases, base, per_out, per_in, taps, size, block, start,
+                   min(start + CHUNK, size))
+
+
+@njit(cache=True, inline="always")
+def _scatter_outputs(phases, grids, g, per_out, per_in, taps, size, block, base, weights):
+    """phases += the adjoint of the forward taps for group g's outputs, their gradients on
+    ``grids`` (one grid of ``size`` per output): outputs four at a time, then one by one;
+    per chunk of the grid, channel by channel."""
+    m, whole = g * per_out, g * per_out + per_out - per_out % 4
+    while m < (g + 1) * per_out:
+        rows = 4 if m < whole else 1
+        grid0 = (m - g * per_out) * size
+        for start in range(0, size, CHUNK):
+            stop = min(start + CHUNK, size)
             for c in range(per_in):
-                _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
-                            * width, width, stride_w, places, False)
+                if rows == 4:
+                    _scatter_taps4(phases, c * block, base, weights, (m * per_in + c) * taps,
+                                   per_in * taps, taps, grids[grid0:], size, start, stop)
+                else:
+                    _scatter_taps(phases, c * block, base, weights, (m * per_in + c) * taps,
+                                  taps, grids[grid0:], start, stop)
+        m += rows
 
 
-@njit(cache=True, parallel=True, nogil=True, fastmath={"reassoc"})
-def _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h,
-                        pad_w, stride_h, stride_w, dilation_h, dilation_w, out_channels, group,
-                        weight_diff, splits, parts):
+@njit(cache=True, parallel=True, nogil=True)
+def _backward_kernel(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                     stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
+                     weight_diff, im_diff, bias_diff, wanted, splits, parts):
     out_h, out_w, qh, qw, size, base = _layout(height, width, kernel_h, kernel_w, pad_h, pad_w,
                                                stride_h, stride_w, dilation_h, dilation_w)
     places = _phase_places(height, width, pad_h, pad_w, stride_h, stride_w, qh, qw)
     per_in, per_out = channels // group, out_channels // group
-    block, taps = stride_h * stride_w * qh * qw, kernel_h * kernel_w
+    block, taps, plane = stride_h * stride_w * qh * qw, kernel_h * kernel_w, out_h * out_w
+    want_weights, want_data, want_bias = wanted
     filters = per_out * per_in * taps
-    totals = np.zeros((group * splits, filters), np.float64)  # per (group, image slice)
+    totals = np.zeros((group * splits, filters if want_weights else 0), np.float64)
+    plane_sums = np.empty(num * out_channels if want_bias else 0, np.float32)
     for part in prange(parts):
-        phases = np.zeros(per_in * block, np.float32)  # the padding stays 0
+        phases = np.zeros(per_in * block if want_weights else 0, np.float32)  # padding: 0
+        d_phases = np.empty(per_in * block if want_data else 0, np.float32)
         grids = np.zeros(per_out * size, np.float32)  # the scratch columns stay 0
         for job in range(part * group * splits // parts, (part + 1) * group * splits // parts):
             g, s = job // splits, job % splits
             for n in range(s * num // splits, (s + 1) * num // splits):
-                for c in range(per_in):
-                    _phase_rows(phases, c * block, im, (n * channels + g * per_in + c) * height
-                                * width, width, stride_w, places, True)
+                first_out = n * out_channels + g * per_out
+                if want_bias:
+                    for m in range(first_out, first_out + per_out):
+                        plane_sums[m] = pairwise_sum(out, m * plane, plane)
                 for mo in range(per_out):
-                    _to_grid(out, (n * out_channels + g * per_out + mo) * out_h * out_w, out_h,
-                             out_w, qw, grids, mo * size)
-                for start in range(0, size, CHUNK):
-                    _grid_dots(totals[job], grids, phases, base, per_out, per_in, taps, size,
-                               block, start, min(start + CHUNK, size))
-    for g in range(group):  # the slices' totals in order, then dW += total
-        for k in range(filters):
-            total = 0.0
-            for s in range(splits):
-                total += totals[g * splits + s, k]
-            weight_diff[g * filters + k] += float32(total)
+                    _to_grid(out, (first_out + mo) * plane, out_h, out_w, qw, grids, mo * size)
+                first_in = (n * channels + g * per_in) * height * width
+                if want_weights:
+                    for c in range(per_in):
+                        _phase_rows(phases, c * block, im, first_in + c * height * width, width,
+                                    stride_w, places, True)
+                    _add_grid_dots(totals[job], grids, phases, base, per_out, per_in, taps,
+                                   size, block)
+                if want_data:
+                    d_phases[:] = 0
+                    _scatter_outputs(d_phases, grids, g, per_out, per_in, taps, size, block,
+                                     base, weights)
+                    for c in range(per_in):
+                        _phase_rows(d_phases, c * block, im_diff, first_in + c * height * width,
+                                    width, stride_w, places, False)
+    if want_weights:
+        for g in range(group):  # the slices' totals in order, then dW += total
+            for k in range(filters):
+                total = 0.0
+                for s in range(splits):
+                    total += totals[g * splits + s, k]
+                weight_diff[g * filters + k] += float32(total)
+    if want_bias:
+        for m in range(out_channels):  # image by image, as layout.channel_sums
+            bias_total = float32(0.0)
+            for n in range(num):
+                bias_total += plane_sums[n * out_channels + m]
+            bias_diff[m] += bias_total
 
 
 def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
@@ -348,13 +370,33 @@ def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, 
                     prange_parts(num * group))
 
 
+def backward(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+             stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
+             weight_diff=None, im_diff=None, bias_diff=None):
+    """The gradients from the output-side ``out``, in one pass over it, each where its array
+    is given: ``weight_diff`` += as ``weight_grad``, ``im_diff`` = as ``backward_data``,
+    ``bias_diff`` += the sum of each output channel (image by image, each image's positions
+    in numpy's pairwise order: the numbers of ``out.sum(axis=(0, 2))``). ``im`` (the input
+    images) is read only for the weights' gradient."""
+    wanted = (weight_diff is not None, im_diff is not None, bias_diff is not None)
+    unused = out[:0]
+    splits = max(1, min(num, prange_parts(num) // group))
+    _backward_kernel(unused if im is None else im, out, num, channels, height, width, kernel_h,
+                     kernel_w, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w,
+                     unused if weights is None else weights, out_channels, group,
+                     unused if weight_diff is None else weight_diff,
+                     unused if im_diff is None else im_diff,
+                     unused if bias_diff is None else bias_diff, wanted, splits,
+                     prange_parts(group * splits))
+
+
 def backward_data(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                   stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group, im):
     """im = the adjoint of ``forward`` applied to ``out`` (the input-side gradient from the
     output-side one); ``im`` is overwritten."""
-    _backward_data_kernel(out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
-                          stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
-                          group, im, prange_parts(num * group))
+    backward(None, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+             stride_h, stride_w, dilation_h, dilation_w, weights, out_channels, group,
+             im_diff=im)
 
 
 def weight_grad(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
@@ -363,7 +405,6 @@ def weight_grad(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h
     element tap (ki, kj) of output (oh, ow) reads. With fewer groups than ``prange`` parts
     (group 1: an ordinary convolution), each group's images are split into slices summed
     apart, so that every thread has work."""
-    splits = max(1, min(num, prange_parts(num) // group))
-    _weight_grad_kernel(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h,
-                        pad_w, stride_h, stride_w, dilation_h, dilation_w, out_channels, group,
-                        weight_diff, splits, prange_parts(group * splits))
+    backward(im, out, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+             stride_h, stride_w, dilation_h, dilation_w, None, out_channels, group,
+             weight_diff=weight_diff)
