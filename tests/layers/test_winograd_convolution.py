@@ -22,6 +22,10 @@ KERNEL_CASES = [  # num, channels, out_channels, height, width, pad, tiles a blo
     (1, 2, 3, 4, 7, 2, 3),       # pad 2: outputs larger than the input
     (2, 16, 32, 10, 6, 1, 7),
     (1, 5, 4, 3, 3, 1, 1),       # one tile a block
+    # Few tiles, many channels: both transforms run blocks of channels (winograd.BLOCK_PAIRS
+    # pairs), the last one partial; the second case in threads.
+    (1, 300, 260, 4, 4, 1, 1000),
+    (4, 250, 251, 10, 10, 1, 1000),
     # (channel, tile) pairs past winograd.PARALLEL_MIN_JOBS: both transforms in threads
     (2, 64, 64, 26, 26, 1, 1000),
 ]
@@ -61,10 +65,21 @@ def test_kernel_matches_window_sums(case, with_bias, relu_slope):
     assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
 
 
-def test_the_threaded_case_is_past_the_serial_limit():
-    num, channels, out_channels, height, width, pad, _ = KERNEL_CASES[-1]
-    tiles = num * np.prod(winograd.tile_counts(height + 2 * pad - 2, width + 2 * pad - 2))
-    assert min(channels, out_channels) * tiles >= winograd.PARALLEL_MIN_JOBS
+def tiles_of(case):
+    num, _, _, height, width, pad, _ = case
+    return num * np.prod(winograd.tile_counts(height + 2 * pad - 2, width + 2 * pad - 2))
+
+
+def test_the_threaded_cases_are_past_the_serial_limit():
+    for case in KERNEL_CASES[-2:]:
+        assert min(case[1], case[2]) * tiles_of(case) >= winograd.PARALLEL_MIN_JOBS
+
+
+def test_the_blocked_cases_end_in_a_partial_block():
+    for case in KERNEL_CASES[-3:-1]:
+        per_block = winograd.BLOCK_PAIRS // tiles_of(case)
+        assert per_block > 1
+        assert case[1] % per_block and case[2] % per_block
 
 
 def test_kernel_error_on_a_googlenet_sized_layer():

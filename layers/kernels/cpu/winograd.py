@@ -21,8 +21,9 @@ Tiles are numbered across the whole batch (image, tile row, tile column), so sma
 share GEMMs. The caller runs blocks of ``count`` tiles from ``first``, as large as its
 scratch limit allows (V (36, C, count), M (36, M_out, count)): smaller blocks, kept in cache,
 measured no faster, and each block costs 36 more GEMM calls. In both transforms the tile is the
-innermost, contiguous axis, so the 6-point transforms vectorise over tiles; each channel
-gathers its patches into (or scatters its tiles from) a scratch array first.
+innermost, contiguous axis, so the 6-point transforms vectorise over tiles; a few channels at
+a time (one where there are many tiles, see BLOCK_PAIRS) gather their patches into (or
+scatter their tiles from) a scratch array side by side.
 """
 import numpy as np
 from numba import float32, njit, prange, uintp
@@ -39,6 +40,11 @@ POINTS = PATCH * PATCH
 # us: input 48 channels x 16 tiles 33 / 55, 32 x 49 62 / 97, 16 x 196 115 / 104-127;
 # output 192 x 16 54 / 89, 256 x 16 79-96 / 84-107, 128 x 49 106-109 / 92-118.
 PARALLEL_MIN_JOBS = 6144
+# (channel, tile) pairs per block of either transform. With few tiles (a 13x13 output at
+# batch 1 has 16) one channel's 36 rows of V or M are 16 values each, far apart, and the
+# transform waits on them; several channels side by side read and write longer runs (the
+# output transform of 256 channels x 16 tiles: 89 -> 60 us; 512 x 4: 107 -> 49).
+BLOCK_PAIRS = 128
 
 # Interpolation points 0, 1, -1, 1/2, -2 and infinity (last row/column of each matrix).
 _G = np.array([[1, 0, 0],
@@ -171,9 +177,10 @@ def _patch_corners(image_size, height, width, pad_h, pad_w, tiles_h, tiles_w, fi
 
 
 @njit(cache=True, inline="always")
-def _gather_patches(im, plane_at, height, width, rows, cols, images, count, patches):
-    """patches[(j, i), t] = pixel (i, j) of tile t's 6x6 patch (0 outside the image), column
-    by column, in the plane at ``plane_at`` of each tile's image (``_patch_corners``)."""
+def _gather_patches(im, plane_at, height, width, rows, cols, images, count, patches, at, step):
+    """patches[at + (j, i) step + t] = pixel (i, j) of tile t's 6x6 patch (0 outside the
+    image), column by column, in the plane at ``plane_at`` of each tile's image
+    (``_patch_corners``)."""
     for t in range(count):
         row0, col0 = rows[t], cols[t]
         base = images[t] + plane_at
@@ -186,38 +193,50 @@ def _gather_patches(im, plane_at, height, width, rows, cols, images, count, patc
                     value = im[uintp(base + r * width + q)]
                 else:
                     value = float32(0)
-                patches[uintp((j * PATCH + i) * count + t)] = value
+                patches[uintp(at + (j * PATCH + i) * step + t)] = value
 
 
 @njit(cache=True, nogil=True)
-def _input_channel(im, c, plane, channels, height, width, rows, cols, images, count, v):
-    """V[:, c, :] of the ``count`` tiles whose patches ``_patch_corners`` placed. A function
-    of its own, not inlined into input_transform's serial and threaded loops: compiled
-    into both, its vectorised loops added ~3 s to the module's first compile."""
-    patches = np.empty(POINTS * count, np.float32)
-    columns = np.empty(POINTS * count, np.float32)
-    _gather_patches(im, c * plane, height, width, rows, cols, images, count, patches)
-    for j in range(PATCH):  # B^T d, column j: columns[(j, i'), t]
-        _input_columns(patches, j * PATCH * count, columns, j * PATCH * count, count)
+def _input_block(im, c0, block, plane, channels, height, width, rows, cols, images, count, v):
+    """V[:, c0:c0 + block, :] of the ``count`` tiles whose patches ``_patch_corners``
+    placed: the channels' patches side by side, so that both passes of B run over block x
+    count values and write V's rows (36 of them, channels x count apart) in runs that long.
+    A function of its own, not inlined into input_transform's serial and threaded loops:
+    compiled into both, its vectorised loops added ~3 s to the module's first compile."""
+    n = block * count
+    patches = np.empty(POINTS * n, np.float32)
+    columns = np.empty(POINTS * n, np.float32)
+    for o in range(block):
+        _gather_patches(im, (c0 + o) * plane, height, width, rows, cols, images, count,
+                        patches, o * count, n)
+    for j in range(PATCH):  # B^T d, column j: columns[(j, i'), (c, t)]
+        _input_columns(patches, j * PATCH * n, columns, j * PATCH * n, n)
     for i in range(PATCH):  # (B^T d) B, row i': V[(i', j'), c, t]
-        _input_rows(columns, i * count, PATCH * count, v, (i * PATCH * channels + c) * count,
-                    channels * count, count)
+        _input_rows(columns, i * n, PATCH * n, v, (i * PATCH * channels + c0) * count,
+                    channels * count, n)
 
 
 @njit(cache=True, parallel=True)
 def input_transform(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count,
                     v):
     """V (36, channels, count) of the ``count`` tiles from ``first``: ``im`` holds the batch
-    (num, channels, height, width), flat; ``v`` is flat."""
+    (num, channels, height, width), flat; ``v`` is flat. Channels go in blocks of about
+    BLOCK_PAIRS (channel, tile) pairs."""
     plane = height * width
     rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
                                         tiles_h, tiles_w, first, count)
+    per_block = max(1, min(channels, BLOCK_PAIRS // count))
+    blocks = (channels + per_block - 1) // per_block
     if channels * count < PARALLEL_MIN_JOBS:
-        for c in range(channels):
-            _input_channel(im, c, plane, channels, height, width, rows, cols, images, count, v)
+        for block in range(blocks):
+            c0 = block * per_block
+            _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
+                         rows, cols, images, count, v)
     else:
-        for c in prange(channels):
-            _input_channel(im, c, plane, channels, height, width, rows, cols, images, count, v)
+        for block in prange(blocks):
+            c0 = block * per_block
+            _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
+                         rows, cols, images, count, v)
 
 
 @njit(cache=True)
@@ -238,58 +257,73 @@ def _tile_corners(image_size, out_h, out_w, tiles_h, tiles_w, first, count):
 
 
 @njit(cache=True, inline="always")
-def _scatter_tiles(tiles, count, starts, heights, widths, plane_at, out_w, out):
-    """out[tile t's place] = tiles[(a, b), t], the parts inside the output. Whole tiles take
-    a loop of constant extent, which LLVM unrolls: the output transform ran 10-20% slower
-    with the one clipped loop for every tile (64 channels x 196 tiles: 198 vs 163 us)."""
+def _scatter_tiles(tiles, at, step, count, starts, heights, widths, plane_at, out_w, out):
+    """out[tile t's place] = tiles[at + (a, b) step + t], the parts inside the output. Whole
+    tiles take a loop of constant extent, which LLVM unrolls: the output transform ran
+    10-20% slower with the one clipped loop for every tile (64 channels x 196 tiles: 198 vs
+    163 us)."""
     for t in range(count):
         start = plane_at + starts[t]
         if heights[t] == TILE and widths[t] == TILE:
             for a in range(TILE):
                 for k in range(TILE):
-                    out[uintp(start + a * out_w + k)] = tiles[uintp((a * TILE + k) * count + t)]
+                    out[uintp(start + a * out_w + k)] = tiles[uintp(at + (a * TILE + k) * step
+                                                                    + t)]
         else:
             for a in range(heights[t]):
                 for k in range(widths[t]):
-                    out[uintp(start + a * out_w + k)] = tiles[uintp((a * TILE + k) * count + t)]
+                    out[uintp(start + a * out_w + k)] = tiles[uintp(at + (a * TILE + k) * step
+                                                                    + t)]
 
 
 @njit(cache=True, inline="always")
-def _output_channel(m, o, out_channels, plane, out_w, count, starts, heights, widths, bias,
-                    has_bias, slope, has_relu, out):
-    """Output channel ``o`` of the ``count`` tiles that ``_tile_corners`` placed."""
-    rows = np.empty(TILE * PATCH * count, np.float32)
-    tiles = np.empty(TILE * TILE * count, np.float32)
-    for j in range(PATCH):  # A^T M, column j: rows[(a, j), t]
-        _output_rows(m, (j * out_channels + o) * count, PATCH * out_channels * count, rows,
-                     j * count, PATCH * count, count)
-    for a in range(TILE):  # (A^T M) A, row a: tiles[(a, b), t]
-        _output_rows(rows, a * PATCH * count, count, tiles, a * TILE * count, count, count)
-    b = bias[o] if has_bias else float32(0)
-    for i in range(TILE * TILE * count):
-        value = tiles[uintp(i)] + b
-        if has_relu:
-            value = _rectify(value, slope)
-        tiles[uintp(i)] = value
-    _scatter_tiles(tiles, count, starts, heights, widths, o * plane, out_w, out)
+def _output_block(m, o0, channels, out_channels, plane, out_w, count, starts, heights, widths,
+                  bias, has_bias, slope, has_relu, out):
+    """Output channels [o0, o0 + channels) of the ``count`` tiles that ``_tile_corners``
+    placed. The channels' rows of M lie side by side (M is (36, out_channels, count)), so
+    both passes of A run over channels x count values at once."""
+    n = channels * count
+    rows = np.empty(TILE * PATCH * n, np.float32)
+    tiles = np.empty(TILE * TILE * n, np.float32)
+    for j in range(PATCH):  # A^T M, column j: rows[(a, j), (o, t)]
+        _output_rows(m, (j * out_channels + o0) * count, PATCH * out_channels * count, rows,
+                     j * n, PATCH * n, n)
+    for a in range(TILE):  # (A^T M) A, row a: tiles[(a, b), (o, t)]
+        _output_rows(rows, a * PATCH * n, n, tiles, a * TILE * n, n, n)
+    for o in range(channels):
+        b = bias[o0 + o] if has_bias else float32(0)
+        for k in range(TILE * TILE):
+            at = k * n + o * count
+            for t in range(count):
+                value = tiles[uintp(at + t)] + b
+                if has_relu:
+                    value = _rectify(value, slope)
+                tiles[uintp(at + t)] = value
+        _scatter_tiles(tiles, o * count, n, count, starts, heights, widths, (o0 + o) * plane,
+                       out_w, out)
 
 
 @njit(cache=True, parallel=True)
 def output_transform(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
                      has_bias, slope, has_relu, out):
     """out (num, out_channels, out_h, out_w) tiles [first, first + count) from M (36,
-    out_channels, count), flat, (+ bias[o]) (then ReLU with negative slope ``slope``)."""
+    out_channels, count), flat, (+ bias[o]) (then ReLU with negative slope ``slope``).
+    Channels go in blocks of about BLOCK_PAIRS (channel, tile) pairs."""
     plane = out_h * out_w
     starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
                                             tiles_w, first, count)
+    per_block = max(1, min(out_channels, BLOCK_PAIRS // count))
+    blocks = (out_channels + per_block - 1) // per_block
     if out_channels * count < PARALLEL_MIN_JOBS:
-        for o in range(out_channels):
-            _output_channel(m, o, out_channels, plane, out_w, count, starts, heights, widths,
-                            bias, has_bias, slope, has_relu, out)
+        for block in range(blocks):
+            o0 = block * per_block
+            _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
+                          count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
     else:
-        for o in prange(out_channels):
-            _output_channel(m, o, out_channels, plane, out_w, count, starts, heights, widths,
-                            bias, has_bias, slope, has_relu, out)
+        for block in prange(blocks):
+            o0 = block * per_block
+            _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
+                          count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
 
 
 def tile_counts(out_h, out_w):
