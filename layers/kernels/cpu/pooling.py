@@ -84,15 +84,18 @@ def max_pool_forward(bottom, top, mask, kernel_h, kernel_w, stride_h, stride_w, 
     Square 2x2 and 3x3 windows with stride 2 (LeNet's, CaffeNet's, GoogLeNet's and ResNet's
     pools) run ``_max_pool_2x2`` / ``_max_pool_3x3``, with the window and stride written in:
     1.4-3x faster on those nets' pools (BENCHMARKS.md)."""
-    if _square_stride_2(kernel_h, kernel_w, stride_h, stride_w):
-        square = _max_pool_2x2 if kernel_w == 2 else _max_pool_3x3
+    square = _square_kernel(kernel_h, kernel_w, stride_h, stride_w)
+    if square is not None:
         square(bottom, top, mask, pad_h, pad_w, True)
     else:
         _max_pool_any(bottom, top, mask, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
 
 
-def _square_stride_2(kernel_h, kernel_w, stride_h, stride_w):
-    return kernel_h == kernel_w and kernel_w in (2, 3) and stride_h == stride_w == 2
+def _square_kernel(kernel_h, kernel_w, stride_h, stride_w):
+    """``_max_pool_2x2`` or ``_max_pool_3x3`` for their windows and stride, else None."""
+    if kernel_h != kernel_w or stride_h != 2 or stride_w != 2:
+        return None
+    return {2: _max_pool_2x2, 3: _max_pool_3x3}.get(kernel_w)
 
 
 @njit(cache=True, inline="always")
@@ -116,22 +119,30 @@ def _max_of_3(line, w, at):
     return _max_step(line[uintp(w + 2)], at + w + 2, maxval, maxidx)
 
 
-@njit(cache=True)
-def _clipped_windows(plane, rows, cols, ph, first, stop, out, out_mask, with_mask):
-    """Outputs [first, stop) of output row ph, element by element: the windows the borders
-    clip. A call of its own, not inlined: in the loop of the inner windows its code slowed
-    them by ~30%."""
+@njit(cache=True, inline="always")
+def _clipped_window(plane, rows, cols, ph, pw, out, out_mask, with_mask):
+    """Output (ph, pw), element by element."""
     width = plane.shape[1]
-    for pw in range(first, stop):
-        maxval = np.float32(-FLT_MAX)
-        maxidx = -1
-        for h in range(rows[ph, 0], rows[ph, 1]):
-            line = plane[uintp(h)]
-            for w in range(cols[pw, 0], cols[pw, 1]):
-                maxval, maxidx = _max_step(line[uintp(w)], h * width + w, maxval, maxidx)
-        out[uintp(pw)] = maxval
-        if with_mask:
-            out_mask[uintp(pw)] = maxidx
+    maxval = np.float32(-FLT_MAX)
+    maxidx = -1
+    for h in range(rows[ph, 0], rows[ph, 1]):
+        line = plane[uintp(h)]
+        for w in range(cols[pw, 0], cols[pw, 1]):
+            maxval, maxidx = _max_step(line[uintp(w)], h * width + w, maxval, maxidx)
+    out[uintp(pw)] = maxval
+    if with_mask:
+        out_mask[uintp(pw)] = maxidx
+
+
+@njit(cache=True)
+def _clipped_windows(plane, rows, cols, ph, inner_lo, inner_hi, out, out_mask, with_mask):
+    """The outputs of row ph outside [inner_lo, inner_hi), element by element: the windows
+    the borders clip (the whole row where inner_lo = inner_hi = its length). A call of its
+    own, not inlined: in the loop of the inner windows its code slowed them by ~30%."""
+    for pw in range(inner_lo):
+        _clipped_window(plane, rows, cols, ph, pw, out, out_mask, with_mask)
+    for pw in range(inner_hi, out.shape[0]):
+        _clipped_window(plane, rows, cols, ph, pw, out, out_mask, with_mask)
 
 
 @njit(cache=True, inline="always")
@@ -160,7 +171,8 @@ def _max_pool_2x2(bottom, top, mask, pad_h, pad_w, with_mask):
         for ph in range(top.shape[1]):
             out, out_mask = top[uintp(p), uintp(ph)], mask[uintp(p) * with_mask, uintp(ph)]
             if ph < h_lo or ph >= h_hi:
-                _clipped_windows(plane, rows, cols, ph, 0, pooled_w, out, out_mask, with_mask)
+                _clipped_windows(plane, rows, cols, ph, pooled_w, pooled_w, out, out_mask,
+                                 with_mask)
                 continue
             h0 = 2 * ph - pad_h
             line0, line1 = plane[uintp(h0)], plane[uintp(h0 + 1)]
@@ -173,9 +185,7 @@ def _max_pool_2x2(bottom, top, mask, pad_h, pad_w, with_mask):
                 if with_mask:
                     out_mask[uintp(pw)] = maxidx
             if w_hi - w_lo < pooled_w:
-                _clipped_windows(plane, rows, cols, ph, 0, w_lo, out, out_mask, with_mask)
-                _clipped_windows(plane, rows, cols, ph, w_hi, pooled_w, out, out_mask,
-                                 with_mask)
+                _clipped_windows(plane, rows, cols, ph, w_lo, w_hi, out, out_mask, with_mask)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -188,7 +198,8 @@ def _max_pool_3x3(bottom, top, mask, pad_h, pad_w, with_mask):
         for ph in range(top.shape[1]):
             out, out_mask = top[uintp(p), uintp(ph)], mask[uintp(p) * with_mask, uintp(ph)]
             if ph < h_lo or ph >= h_hi:
-                _clipped_windows(plane, rows, cols, ph, 0, pooled_w, out, out_mask, with_mask)
+                _clipped_windows(plane, rows, cols, ph, pooled_w, pooled_w, out, out_mask,
+                                 with_mask)
                 continue
             h0 = 2 * ph - pad_h
             line0, line1, line2 = plane[uintp(h0)], plane[uintp(h0 + 1)], plane[uintp(h0 + 2)]
@@ -203,9 +214,7 @@ def _max_pool_3x3(bottom, top, mask, pad_h, pad_w, with_mask):
                 if with_mask:
                     out_mask[uintp(pw)] = maxidx
             if w_hi - w_lo < pooled_w:
-                _clipped_windows(plane, rows, cols, ph, 0, w_lo, out, out_mask, with_mask)
-                _clipped_windows(plane, rows, cols, ph, w_hi, pooled_w, out, out_mask,
-                                 with_mask)
+                _clipped_windows(plane, rows, cols, ph, w_lo, w_hi, out, out_mask, with_mask)
 
 
 def inner_outputs_py(size, pooled, kernel, stride, pad):
@@ -289,9 +298,8 @@ def max_pool_forward_values(bottom, top, kernel_h, kernel_w, stride_h, stride_w,
     Square stride-2 windows that all lie inside the plane (SqueezeNet's, LeNet's) run
     ``max_pool_forward``'s kernels without the mask instead: 1.2-1.9x faster. With windows
     the borders clip (ceil rounding, padding), those were slower than this."""
-    if _square_stride_2(kernel_h, kernel_w, stride_h, stride_w) and no_border(
-            bottom.shape, top.shape, kernel_w, pad_h, pad_w):
-        square = _max_pool_2x2 if kernel_w == 2 else _max_pool_3x3
+    square = _square_kernel(kernel_h, kernel_w, stride_h, stride_w)
+    if square is not None and no_border(bottom.shape, top.shape, kernel_w, pad_h, pad_w):
         square(bottom, top, np.empty((1,) + top.shape[1:], np.int32), pad_h, pad_w, False)
         return
     _max_values(bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,

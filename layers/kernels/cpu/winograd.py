@@ -196,6 +196,14 @@ def _gather_patches(im, plane_at, height, width, rows, cols, images, count, patc
                 patches[uintp(at + (j * PATCH + i) * step + t)] = value
 
 
+@njit(cache=True)
+def _channel_blocks(channels, count):
+    """(channels a block, blocks) for the transforms: about BLOCK_PAIRS (channel, tile)
+    pairs a block, at least one channel."""
+    per_block = max(1, min(channels, BLOCK_PAIRS // count))
+    return per_block, (channels + per_block - 1) // per_block
+
+
 @njit(cache=True, nogil=True)
 def _input_block(im, c0, block, plane, channels, height, width, rows, cols, images, count, v):
     """V[:, c0:c0 + block, :] of the ``count`` tiles whose patches ``_patch_corners``
@@ -225,8 +233,7 @@ def input_transform(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w,
     plane = height * width
     rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
                                         tiles_h, tiles_w, first, count)
-    per_block = max(1, min(channels, BLOCK_PAIRS // count))
-    blocks = (channels + per_block - 1) // per_block
+    per_block, blocks = _channel_blocks(channels, count)
     if channels * count < PARALLEL_MIN_JOBS:
         for block in range(blocks):
             c0 = block * per_block
@@ -312,8 +319,7 @@ def output_transform(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, cou
     plane = out_h * out_w
     starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
                                             tiles_w, first, count)
-    per_block = max(1, min(out_channels, BLOCK_PAIRS // count))
-    blocks = (out_channels + per_block - 1) // per_block
+    per_block, blocks = _channel_blocks(out_channels, count)
     if out_channels * count < PARALLEL_MIN_JOBS:
         for block in range(blocks):
             o0 = block * per_block
