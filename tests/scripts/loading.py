@@ -1,4 +1,5 @@
 """Importing a file of scripts/ (not a package) as a module, for its tests."""
+import importlib.machinery
 import importlib.util
 import pathlib
 
@@ -6,8 +7,12 @@ SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
 
 
 def load_script(name):
-    """scripts/<name>.py as a module named ``script_<name>``."""
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """scripts/<name>.py, or scripts/<name> where the script has no suffix (bench), as a
+    module named ``script_<name>``."""
+    path = SCRIPTS / f"{name}.py"
+    if not path.exists():
+        path = SCRIPTS / name
+    loader = importlib.machinery.SourceFileLoader(f"script_{name}", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
     return module

@@ -1,0 +1,61 @@
+"""scripts/bench --alone: each layer, then each BLAS product, of a pass at its best alone."""
+import os
+
+import numpy as np
+import pytest
+
+from pycaffe_cli.layers.kernels.cpu import gemm
+from pycaffe_cli.log import LOG
+from pycaffe_cli.net import Net
+from pycaffe_cli.proto import caffe_pb2
+from tests.scripts.loading import load_script
+
+LENET = "models/lenet/lenet_deploy.prototxt"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("bench")
+
+
+@pytest.fixture
+def lenet(bench):
+    """LeNet at batch 2 with force_backward (conv1 runs im2col + GEMM at this batch), after
+    one pass, and its top after that pass."""
+    model = bench.with_batch(LENET, (2, 1, 28, 28))
+    net = Net.from_file(model, caffe_pb2.TRAIN)
+    os.unlink(model)
+    bench.run_pass(net.layer_entries, lambda run, setup: run())
+    return net, net.blob_by_name("prob").data.copy()
+
+
+def test_products_alone_times_every_product_of_the_pass_once(bench, lenet):
+    net, prob = lenet
+    matmul, accumulate = np.matmul, gemm.gemm_accumulate
+    times = bench.products_alone(net.layer_entries, repeats=2)
+    # conv1, conv2, ip1, ip2: a forward product, a weight gradient and a data gradient each
+    assert len(times) == 12 and all(t > 0 for t in times)
+    assert np.matmul is matmul and gemm.gemm_accumulate is accumulate
+    from pycaffe_cli.layers import base_convolution_backend, inner_product
+    assert base_convolution_backend.gemm_accumulate is accumulate
+    assert inner_product.gemm_accumulate is accumulate
+    # a repeated product writes the same output: the pass's results are unchanged
+    np.testing.assert_array_equal(net.blob_by_name("prob").data, prob)
+
+
+def test_layers_alone_times_every_forward_and_backward(bench, lenet):
+    net, prob = lenet
+    times = bench.layers_alone(net.layer_entries, repeats=2)
+    assert len(times) == 2 * len(net.layer_entries) and all(t >= 0 for t in times)
+    np.testing.assert_array_equal(net.blob_by_name("prob").data, prob)
+
+
+def test_report_alone_prints_both_sums_against_the_floor(bench, capsys):
+    disabled = LOG.disabled
+    try:
+        bench.report_alone("LeNet", LENET, (2, 1, 28, 28), rate=1e11, repeats=2)
+    finally:
+        LOG.disabled = disabled
+    out = capsys.readouterr().out
+    assert "LeNet (batch 2, 1x28x28), best of 2 repeats each; FLOP floor" in out
+    assert "every layer alone:" in out and "its 12 BLAS products alone:" in out
