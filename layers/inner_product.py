@@ -81,9 +81,9 @@ class InnerProductLayer(Layer):
         x = bottom[0].data.reshape(self.m, self.k)
         y = top[0].data.reshape(self.m, self.num_output)
         if self.m > 1:
-            # Y^T = W X^T, then transposed: the same dot products (bit for bit with OpenBLAS),
-            # but OpenBLAS streams the weights 1.4-1.6x faster this way round where the batch
-            # is small (CaffeNet's fc6 at batch 10: 24 -> 17 ms).
+            # Y^T = W X^T, then transposed: the same dot products (a BLAS kernel may sum them
+            # in another order), but OpenBLAS streams the weights 1.4-1.6x faster this way
+            # round where the batch is small (CaffeNet's fc6 at batch 10: 24 -> 17 ms).
             y_t = np.matmul(self._weight(), x.T)
             np.copyto(y, y_t.T)
         else:

@@ -8,6 +8,7 @@ import pytest
 
 import caffe
 from tests.caffe_api.nets import DEPLOY_IP, conv_ip_loss
+from tests.numerics import assert_product
 
 
 def softmax(x):
@@ -72,17 +73,18 @@ def test_forward_returns_outputs_and_asked_blobs(deploy):
 
 
 def test_forward_and_backward_between_layers(net):
-    conv = np.random.default_rng(1).uniform(size=net.blobs["conv"].shape)
-    net.blobs["conv"].data[...] = conv
+    net.blobs["conv"].data[...] = np.random.default_rng(1).uniform(size=net.blobs["conv"].shape)
+    conv = net.blobs["conv"].data.copy()
     out = net.forward(start="ip", end="ip")
     assert list(out) == ["ip_blob"]
     w, b = (p.data for p in net.params["ip"])
-    np.testing.assert_allclose(out["ip_blob"], conv.reshape(5, -1) @ w.T + b, rtol=1e-4)
-    top_diff = np.random.default_rng(2).uniform(size=net.blobs["ip_blob"].shape)
-    net.blobs["ip_blob"].diff[...] = top_diff
+    assert_product(out["ip_blob"], conv.reshape(5, -1), w.T, addend=b)
+    net.blobs["ip_blob"].diff[...] = np.random.default_rng(2).uniform(
+        size=net.blobs["ip_blob"].shape)
+    top_diff = net.blobs["ip_blob"].diff.copy()
     grads = net.backward(start="ip", end="ip")
     assert list(grads) == ["conv"]
-    np.testing.assert_allclose(grads["conv"], (top_diff @ w).reshape(conv.shape), rtol=1e-4)
+    assert_product(grads["conv"].reshape(5, -1), top_diff, w)
 
 
 def test_backward_from_the_loss(net):

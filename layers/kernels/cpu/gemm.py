@@ -17,7 +17,8 @@ BLOCK_ROWS = 128
 # transposed (the copies in and out included): LeNet conv2 (50 x 500, 4,096 terms) 2.39 /
 # 1.85, CaffeNet conv1 (96 x 363, 30,250) 19.7 / 15.8, conv2 per group (128 x 1,200, 7,290)
 # 15.6 / 14.6; 384 rows (conv3) 17.4 / 19.5 and 192 (conv4) 7.2 / 7.6 lose; small sums
-# (LeNet ip2: 64 terms) gain nothing. The same bits: OpenBLAS splits the sum the same way.
+# (LeNet ip2: 64 terms) gain nothing. The same dot products; a BLAS kernel may sum them in
+# another order either way round.
 TRANSPOSED_MAX_ROWS = 128
 TRANSPOSED_MIN_TERMS = 512
 
