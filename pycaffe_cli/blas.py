@@ -1,49 +1,29 @@
-"""Two things numpy's matmul lacks, from numpy's own OpenBLAS: GEMM with accumulation, and a
-batch of small GEMMs over every core.
+"""Two things numpy's matmul lacks: GEMM with accumulation, and a batch of small GEMMs over
+every core.
 
 ``accumulate(a, b, out)`` is BLAS's ``out = a b + out`` (beta = 1, as Caffe's weight gradients
-use it), called through ctypes. ``out += a @ b`` in numpy writes the product to a temporary,
-which OpenBLAS first zeroes (its beta = 0 pass), then reads it back: for CaffeNet's fc6 weight
-gradient (151 MB) 20 ms in row blocks against 12.5 ms for the one call, which reads and writes
-``out`` once (copying those 151 MB takes 11.4 ms here). Where ``out`` starts at zero (the
-solver clears gradients each iteration) the result is numpy's product bit for bit: the same
-kernel sums the same terms into zero.
+use it), called through ctypes on numpy's own OpenBLAS. ``out += a @ b`` in numpy writes the
+product to a temporary, which OpenBLAS first zeroes (its beta = 0 pass), then reads it back:
+for CaffeNet's fc6 weight gradient (151 MB) that reads and writes ``out`` twice as often.
 
-``matmul_spread`` runs one single-threaded BLAS call per item, in threads.
-
-OpenBLAS threads each GEMM, but a GEMM of a few MFLOP (the 36 products of a Winograd layer:
-(out_channels x channels) @ (channels x tiles)) gains little from a second thread and pays
-for waking it: on the 2-core machine GoogLeNet's conv2/3x3 at batch 1 ran its 36 products
-at 87 GFLOP/s with two threads and with one. ``matmul_spread`` sets numpy's OpenBLAS to one
-thread for the call and runs slices of the batch in that many Python threads (numpy releases
-the GIL inside BLAS): 1.45 instead of 2.2 ms there, 5.7 instead of 6.9 ms for 128 -> 192
-channels at 28x28, batch 10. Each product is computed by the same single-threaded kernel as
-before, so the results do not depend on the split.
-
-Where numpy's BLAS is not an OpenBLAS bundled with numpy whose thread count can be set
-(another BLAS, a numpy built against a system BLAS), ``matmul_spread`` is ``np.matmul``.
+``matmul_batch(a, b, out)`` is ``np.matmul`` of 3-d arrays (Winograd's 36 products, (out
+channels x channels) @ (channels x tiles)): the products go to numba's threads, one product
+per thread at a time, each computed by a private, single-threaded OpenBLAS (the
+scipy-openblas32 wheel, loaded here and used by nothing else). numpy's OpenBLAS would thread
+each small product and pay for waking its threads every time; a batch spread over numba's
+threads takes 0.9 ms where np.matmul takes 1.5 ms (GoogLeNet's conv2/3x3 at batch 1). No
+thread count is ever changed: numpy's OpenBLAS keeps its settings for every other caller
+(prefetch threads, Python layers, a user's own code), and the private one runs on one thread
+from the moment it is loaded.
 """
 import ctypes
 import glob
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
+import llvmlite.binding
 import numpy as np
-
-# (set, get) symbol names of OpenBLAS's thread count: numpy's wheels (scipy-openblas, ILP64
-# and LP64 builds), then a plain OpenBLAS.
-_SYMBOLS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-            ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-            ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-            ("openblas_set_num_threads", "openblas_get_num_threads"))
-
-# Products smaller than this (FLOPs in the whole batch) run as one np.matmul: handing half
-# the batch to another thread costs ~50 us, and OpenBLAS already runs such small products on
-# one thread. Measured on Winograd batches (36 products), np.matmul / spread, ms: 10.6 MFLOP
-# 0.098 / 0.128, 14.5 MFLOP 0.154 / 0.166, 18.9 MFLOP 0.182 / 0.182, 43 MFLOP 0.40 / 0.32,
-# 87 MFLOP 1.39 / 0.58, 173 MFLOP 2.02 / 1.03.
-SPREAD_MIN_FLOPS = 1 << 25
+import scipy_openblas32
+from numba import float32, njit, prange, types
 
 # cblas_sgemm of numpy's wheels (ILP64, then LP64 builds) and the integer type it takes.
 _SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("scipy_cblas_sgemm", ctypes.c_int32),
@@ -51,14 +31,13 @@ _SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("scipy_cblas_sgemm"
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _FLOAT32 = np.dtype(np.float32)
 
-_lock = threading.Lock()
 _state = {}
 
 
 def _numpy_openblas():
-    """Paths of the OpenBLAS libraries numpy's wheels bundle. Only numpy's own folders: other
-    packages bring their own OpenBLAS (OpenCV's wheel does), and setting the thread count of
-    one of those would leave numpy's BLAS threaded under our threads."""
+    """Paths of the OpenBLAS libraries numpy's wheels bundle: only numpy's own folders (other
+    packages bring an OpenBLAS of their own, OpenCV's wheel does), so that ``accumulate``
+    uses the library, threads and settings numpy's products use."""
     numpy_dir = os.path.dirname(np.__file__)
     paths = []
     for folder in (os.path.join(os.path.dirname(numpy_dir), "numpy.libs"),
@@ -134,49 +113,69 @@ def accumulate(a, b, out):
     return True
 
 
-def _thread_controls():
-    """(set_num_threads, get_num_threads) of numpy's OpenBLAS, or None."""
-    if "controls" not in _state:
-        _state["controls"] = None
-        for library in _libraries():
-            for set_name, get_name in _SYMBOLS:
-                if hasattr(library, set_name) and hasattr(library, get_name):
-                    setter, getter = getattr(library, set_name), getattr(library, get_name)
-                    setter.restype, getter.restype = None, ctypes.c_int
-                    _state["controls"] = (setter, getter)
-                    return _state["controls"]
-    return _state["controls"]
+# --- the private OpenBLAS -----------------------------------------------------------------
+# Batches of fewer FLOPs than this run their products in turn on the calling thread: starting
+# numba's threads costs more than such a batch takes (Winograd batches, np.matmul / spread,
+# ms: 10.6 MFLOP 0.098 / 0.128, 43 MFLOP 0.40 / 0.32).
+BATCH_PARALLEL_MIN_FLOPS = 1 << 25
+# The symbol numba-compiled code calls the private cblas_sgemm by (resolved when this module
+# is imported, so kernels cached on disk find it too).
+_PRIVATE_SGEMM = "pycaffe_private_cblas_sgemm"
 
 
-def _pool(workers):
-    """A pool of at least ``workers`` threads, kept for later calls."""
-    if _state.get("workers", 0) < workers:
-        _state["pool"] = ThreadPoolExecutor(workers, thread_name_prefix="pycaffe-blas")
-        _state["workers"] = workers
-    return _state["pool"]
+def _load_private_openblas():
+    """Load scipy-openblas32's library, set it to one thread (nothing else in the process
+    uses it), and make its cblas_sgemm callable from numba code by name."""
+    folder = scipy_openblas32.get_lib_dir()
+    names = sorted(name for name in os.listdir(folder) if name.startswith("libscipy_openblas")
+                   and name.endswith((".so", ".dylib", ".dll")))
+    library = ctypes.CDLL(os.path.join(folder, names[0]))
+    library.scipy_openblas_set_num_threads(1)
+    address = ctypes.cast(library.scipy_cblas_sgemm, ctypes.c_void_p).value
+    llvmlite.binding.add_symbol(_PRIVATE_SGEMM, address)
+    return library
 
 
-def matmul_spread(a, b, out):
-    """``np.matmul(a, b, out=out)`` for 3-d arrays (a batch of products), the batch split
-    over as many threads as OpenBLAS would use, each product on one thread, where the batch
-    has at least SPREAD_MIN_FLOPS."""
-    controls = _thread_controls() if 2 * out.size * a.shape[-1] >= SPREAD_MIN_FLOPS else None
-    threads = controls[1]() if controls is not None else 1
-    parts = min(threads, len(out))
-    if parts < 2:
+_PRIVATE = _load_private_openblas()
+# cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), with
+# the pointers passed as pointer-sized integers (the same registers in the C calling
+# convention) so that arrays' ``ctypes.data`` can be handed over.
+_int, _pointer = types.int32, types.intp
+_private_sgemm = types.ExternalFunction(_PRIVATE_SGEMM, types.void(
+    _int, _int, _int, _int, _int, _int, types.float32, _pointer, _int, _pointer, _int,
+    types.float32, _pointer, _int))
+
+
+@njit(cache=True, nogil=True)
+def _product(a, b, out):
+    """out = a @ b (2-d, C-contiguous float32) on the private OpenBLAS, this thread only."""
+    rows, depth = a.shape
+    cols = b.shape[1]
+    _private_sgemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, rows, cols, depth, float32(1),
+                   a.ctypes.data, depth, b.ctypes.data, cols, float32(0), out.ctypes.data,
+                   cols)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _batch(a, b, out, parallel):
+    if parallel:
+        for i in prange(out.shape[0]):
+            _product(a[i], b[i], out[i])
+    else:
+        for i in range(out.shape[0]):
+            _product(a[i], b[i], out[i])
+
+
+def matmul_batch(a, b, out):
+    """``np.matmul(a, b, out=out)`` for C-contiguous 3-d float32 arrays, each product on one
+    of numba's threads (see the module docstring)."""
+    count, rows, depth = a.shape
+    if b.shape != (count, depth, out.shape[2]) or out.shape[:2] != (count, rows):
+        raise ValueError(f"matmul_batch: shapes {a.shape} @ {b.shape} do not give {out.shape}")
+    if not all(x.dtype == _FLOAT32 and x.flags.c_contiguous for x in (a, b, out)):
         np.matmul(a, b, out=out)
         return
-    bounds = [len(out) * k // parts for k in range(parts + 1)]
-    with _lock:  # one spread at a time: each sets the thread count back when it ends
-        controls[0](1)
-        jobs = []
-        try:
-            jobs = [_pool(parts - 1).submit(np.matmul, a[lo:hi], b[lo:hi], out=out[lo:hi])
-                    for lo, hi in zip(bounds[1:-1], bounds[2:])]
-            np.matmul(a[:bounds[1]], b[:bounds[1]], out=out[:bounds[1]])
-        finally:
-            errors = [job.exception() for job in jobs]  # waits for every part
-            controls[0](threads)
-        for error in errors:
-            if error is not None:
-                raise error
+    if depth == 0:
+        out[...] = 0
+        return
+    _batch(a, b, out, 2 * out.size * depth >= BATCH_PARALLEL_MIN_FLOPS)

@@ -1,14 +1,14 @@
-"""matmul_spread: a batch of GEMMs one per thread, with OpenBLAS's thread count put back."""
+"""matmul_batch: a batch of GEMMs over numba's threads on the private single-threaded
+OpenBLAS, no thread count changed; accumulate: one BLAS call with beta = 1."""
+import ctypes
+import os
+import threading
+
 import numpy as np
 import pytest
 
 from pycaffe_cli import blas
-
-
-@pytest.fixture(autouse=True)
-def spread_everything(monkeypatch):
-    """These operands are small: spread them anyway (see test_small_batches_are_not_spread)."""
-    monkeypatch.setattr(blas, "SPREAD_MIN_FLOPS", 0)
+from tests.numerics import assert_product
 
 
 def operands(batch=36, rows=24, depth=16, cols=40, seed=0):
@@ -18,71 +18,84 @@ def operands(batch=36, rows=24, depth=16, cols=40, seed=0):
     return a, b, np.full((batch, rows, cols), np.nan, np.float32)
 
 
-def thread_count():
-    controls = blas._thread_controls()
-    return controls[1]() if controls is not None else 1
+def numpy_thread_count():
+    """numpy's OpenBLAS thread count, read through its own library."""
+    for library in blas._libraries():
+        for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                     "openblas_get_num_threads64_", "openblas_get_num_threads"):
+            if hasattr(library, name):
+                getter = getattr(library, name)
+                getter.restype = ctypes.c_int
+                return getter()
+    pytest.skip("numpy's BLAS is not an OpenBLAS bundled with numpy")
 
 
-def test_the_products_and_the_thread_count_after():
-    a, b, out = operands()
-    before = thread_count()
-    blas.matmul_spread(a, b, out)
-    assert thread_count() == before
-    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
-
-
-def test_numpy_openblas_is_found_here():
-    """numpy's wheels bundle OpenBLAS (the README's set-up installs them)."""
-    assert blas._thread_controls() is not None
-
-
-@pytest.mark.parametrize("batch", [1, 2, 3])
-def test_batches_smaller_than_the_threads(batch):
+@pytest.mark.parametrize("threaded", [True, False])
+@pytest.mark.parametrize("batch", [1, 2, 3, 36])
+def test_the_products_on_both_paths(batch, threaded, monkeypatch):
+    monkeypatch.setattr(blas, "BATCH_PARALLEL_MIN_FLOPS", 0 if threaded else 1 << 62)
     a, b, out = operands(batch=batch)
-    blas.matmul_spread(a, b, out)
-    np.testing.assert_array_equal(out, np.matmul(a, b))
+    blas.matmul_batch(a, b, out)
+    assert_product(out, a, b)
 
 
-def test_an_error_in_a_product_restores_the_thread_count():
+def test_numpy_thread_count_is_never_changed():
+    """numpy's OpenBLAS keeps its thread count while batches run on other threads."""
+    before = numpy_thread_count()
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(numpy_thread_count())
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        big = operands(rows=256, depth=64, cols=64)  # 75 MFLOP: the threaded path
+        for _ in range(20):
+            blas.matmul_batch(*big)
+    finally:
+        stop.set()
+        watcher.join()
+    assert set(seen) <= {before} and numpy_thread_count() == before
+
+
+def test_the_private_openblas_is_not_numpys_and_runs_one_thread():
+    private = blas._PRIVATE
+    assert private._name not in blas._numpy_openblas()
+    getter = private.scipy_openblas_get_num_threads
+    getter.restype = ctypes.c_int
+    assert getter() == 1
+
+
+def test_other_layouts_and_types_go_to_numpy():
     a, b, out = operands()
-    before = thread_count()
-    with pytest.raises(ValueError):
-        blas.matmul_spread(a, b[:, :-1], out)  # depths differ
-    assert thread_count() == before
+    blas.matmul_batch(np.ascontiguousarray(a.transpose(0, 2, 1)).transpose(0, 2, 1), b, out)
+    assert_product(out, a, b)
+    out64 = np.empty(out.shape)
+    blas.matmul_batch(a.astype(np.float64), b.astype(np.float64), out64)
+    np.testing.assert_allclose(out64, a.astype(np.float64) @ b, rtol=1e-12, atol=1e-12)
 
 
-def test_without_openblas_controls_it_is_numpy_matmul(monkeypatch):
-    monkeypatch.setattr(blas, "_thread_controls", lambda: None)
+def test_an_empty_depth_gives_zeros():
+    a, b, out = operands(depth=0)
+    blas.matmul_batch(a, b, out)
+    np.testing.assert_array_equal(out, 0)
+
+
+def test_mismatched_shapes_are_refused():
     a, b, out = operands()
-    blas.matmul_spread(a, b, out)
-    np.testing.assert_array_equal(out, np.matmul(a, b))
+    with pytest.raises(ValueError, match="do not give"):
+        blas.matmul_batch(a, b[:, :-1], out)
 
 
-def test_only_numpy_own_openblas_is_used():
-    """Other wheels bundle OpenBLAS too (OpenCV's does): the thread count set must be
-    numpy's."""
-    import os
+def test_only_numpy_own_openblas_is_used_for_accumulate():
+    """Other wheels bundle OpenBLAS too (OpenCV's does): ``accumulate`` calls numpy's."""
     numpy_site = os.path.dirname(os.path.dirname(np.__file__))
     paths = blas._numpy_openblas()
     assert paths
     assert all(os.path.commonpath([numpy_site, p]) == numpy_site and "numpy" in p
                for p in paths)
-
-
-def test_small_batches_are_not_spread(monkeypatch):
-    monkeypatch.setattr(blas, "SPREAD_MIN_FLOPS", 1 << 25)
-    calls = []
-    controls = blas._thread_controls()
-    monkeypatch.setattr(blas, "_thread_controls",
-                        lambda: (lambda n: calls.append(n), controls[1]))
-    a, b, out = operands()  # 1.1 MFLOP
-    blas.matmul_spread(a, b, out)
-    assert calls == []
-    np.testing.assert_array_equal(out, np.matmul(a, b))
-    big_a, big_b, big_out = operands(rows=256, depth=64, cols=64)  # 75 MFLOP
-    blas.matmul_spread(big_a, big_b, big_out)
-    assert calls == [1, controls[1]()]
 
 
 def accumulate_operands(rows, depth, cols, seed=0):
@@ -93,9 +106,10 @@ def accumulate_operands(rows, depth, cols, seed=0):
 
 @pytest.mark.parametrize("a_transposed", [False, True])
 @pytest.mark.parametrize("b_transposed", [False, True])
-def test_accumulate_into_zeros_is_numpy_product_bit_for_bit(a_transposed, b_transposed):
-    """The solver clears gradients before each backward: there, one BLAS call with beta = 1
-    gives numpy's product exactly (the same kernel sums the same terms into zero)."""
+def test_accumulate_into_zeros_is_the_product(a_transposed, b_transposed):
+    """The solver clears gradients before each backward: accumulating into zeros gives the
+    product (within the float32 bound; BLAS kernels may order the sum differently for
+    beta = 1 than numpy's beta = 0)."""
     a, b = accumulate_operands(37, 300, 53)
     if a_transposed:
         a = np.ascontiguousarray(a.T).T
@@ -103,15 +117,15 @@ def test_accumulate_into_zeros_is_numpy_product_bit_for_bit(a_transposed, b_tran
         b = np.ascontiguousarray(b.T).T
     out = np.zeros((37, 53), np.float32)
     assert blas.accumulate(a, b, out)
-    np.testing.assert_array_equal(out, np.matmul(a, b))
+    assert_product(out, a, b)
 
 
 def test_accumulate_adds_to_what_is_there():
     a, b = accumulate_operands(20, 30, 40, seed=1)
     out = np.random.default_rng(2).standard_normal((20, 40), dtype=np.float32)
-    want = out.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    start = out.copy()
     assert blas.accumulate(a, b, out)
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert_product(out, a, b, addend=start)
 
 
 def test_accumulate_into_a_block_of_a_larger_matrix():
@@ -119,9 +133,10 @@ def test_accumulate_into_a_block_of_a_larger_matrix():
     a, b = accumulate_operands(64, 48, 80, seed=3)
     big = np.zeros((70, 100), np.float32)
     assert blas.accumulate(a[:, 8:40], b[8:40, 10:60], big[3:67, 20:70])
-    want = np.zeros_like(big)
-    want[3:67, 20:70] = a[:, 8:40].astype(np.float64) @ b[8:40, 10:60].astype(np.float64)
-    np.testing.assert_allclose(big, want, rtol=1e-5, atol=1e-5)
+    assert_product(big[3:67, 20:70], a[:, 8:40], b[8:40, 10:60])
+    outside = np.ones(big.shape, bool)
+    outside[3:67, 20:70] = False
+    assert not big[outside].any()
 
 
 def test_accumulate_declines_what_blas_cannot_take():
