@@ -194,7 +194,7 @@ class Layer:
     def forget_weight_transforms(self):
         """Drop anything computed from the weights and kept (an inference pass's transformed
         weights): the inference plan's ``refold`` calls it after weights were written through
-        an array kept from before, which their SyncedMemory version does not count."""
+        an array kept from before, which their data stamps do not see."""
 
     def share_workspace(self, other):
         """Use the scratch buffers of ``other``, a layer of the same ``workspace_family``

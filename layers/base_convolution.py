@@ -44,6 +44,7 @@ from pycaffe_cli.layers.base_convolution_plan import Plan, choose_plan
 from pycaffe_cli.layers.kernels.cpu import im2col as kernels
 from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
 from pycaffe_cli.layers.views import layer_axis
+from pycaffe_cli.synced_memory import data_stamps
 
 COL_BUFFER_LIMIT = 1 << 25  # elements (128 MiB of float32) per column buffer
 
@@ -248,13 +249,13 @@ class BaseConvolutionLayer(Layer):
     def note_columns(self, be, x):
         """After ``x``'s forward in one block on the GEMM plan, the column buffer holds
         im2col(x): backward's weight gradient reuses it (Caffe runs im2col again) while
-        nothing has written ``x`` (its write count) or the buffer (``_col_buffer``)."""
+        nothing has written ``x`` (its ``data_stamps``) or the buffer (``_col_buffer``)."""
         whole = self.plan is Plan.GEMM and not self.is_1x1 and self.block >= self.num
-        be.columns_of = (self, x.data_memory, x.data_memory.version) if whole else None
+        be.columns_of = (self,) + data_stamps((x,)) if whole else None
 
     def columns_hold(self, be, x):
         """Whether the column buffer still holds im2col(x); ask before reading ``x``."""
-        return be.columns_of == (self, x.data_memory, x.data_memory.version)
+        return be.columns_of == (self,) + data_stamps((x,))
 
     # --- mode -> backend -----------------------------------------------------------------
     def forward_cpu(self, bottom, top):

@@ -21,7 +21,8 @@ from pycaffe_cli import backend
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_convolution import COL_BUFFER_LIMIT, BaseConvolutionLayer
 from pycaffe_cli.layers.base_convolution_plan import Plan, winograd_fits
-from pycaffe_cli.layers.kernels.cpu import winograd
+from pycaffe_cli.layers.kernels.cpu import winograd, winograd_error
+from pycaffe_cli.synced_memory import data_stamps
 
 
 @register("Convolution", v1="CONVOLUTION")
@@ -60,19 +61,18 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def inference_pass(self):
         """On the CPU, layers with a ``winograd_block`` run Winograd F(4x4, 3x3)
-        (kernels/cpu/winograd.py): within ~3e-6 of the exact convolution, relative to the
-        largest output, where the GEMM path is within ~6e-7. Training and plain forwards
-        keep the GEMMs."""
+        (kernels/cpu/winograd.py) where its error bound allows (kernels/cpu/winograd_error.py).
+        Training and plain forwards keep the GEMMs."""
         if self._use_gpu("forward"):
             return self.forward_pass()
         return self._forward_inference_cpu
 
     def _forward_inference_cpu(self, bottom, top):
-        if not self.winograd_block:
+        weights = self._winograd_weights() if self.winograd_block else None
+        if weights is None:
             self.forward_cpu(bottom, top)
             return
         be = self.cpu_backend
-        weights = self._winograd_weights()
         bias = self.blobs[1].cpu_data if self.bias_term else None
         (height, width), (pad_h, pad_w) = self.geometry.im_shape, self.geometry.pad
         block = self.winograd_block
@@ -84,13 +84,21 @@ class ConvolutionLayer(BaseConvolutionLayer):
                              pad_w, weights, self.num_output, bias, self.fused_relu_slope,
                              y.flat_data, v, m, block)
 
+    def runs_winograd(self):
+        """Whether the inference pass runs Winograd with the current weights."""
+        return bool(self.winograd_block) and self._winograd_weights() is not None
+
     def _winograd_weights(self):
-        """The weights' Winograd transform, recomputed after a write to them (their
-        SyncedMemory version) or ``forget_weight_transforms``."""
-        memory = self.blobs[0].data_memory
-        key = (memory, memory.version)
+        """The weights' Winograd transform, or None where its error bound is too far above
+        the GEMM's for these weights (winograd_error.fits, unless ``force_winograd``);
+        recomputed after their blob was written or given other memory (``data_stamps``), or
+        ``forget_weight_transforms``."""
+        key = data_stamps(self.blobs[:1])
         if getattr(self, "_winograd_key", None) != key:
-            self._winograd_u = winograd.transform_weights(self.blobs[0].cpu_data)
+            weights = self.blobs[0].cpu_data
+            u = winograd.transform_weights(weights)
+            fits = self.force_winograd or winograd_error.fits(u, weights)
+            self._winograd_u = u if fits else None
             self._winograd_key = key
         return self._winograd_u
 

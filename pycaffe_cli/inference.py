@@ -8,8 +8,8 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
   its bias (pycaffe_cli/inference_fold.py); the net's own layers and params are not changed
   (beyond sharing scratch buffers, below);
 * on the CPU runs 3x3 convolutions with stride 1 as Winograd F(4x4, 3x3) where that pays
-  (layers/convolution.py, kernels/cpu/winograd.py): another rounding, within ~3e-6 of the
-  exact convolution where the GEMMs are within ~6e-7;
+  and its proven error bound is at most 16 times the GEMM's for the layer's weights
+  (layers/convolution.py, kernels/cpu/winograd.py, kernels/cpu/winograd_error.py);
 * moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference_memory.py),
   makes a Concat's bottoms parts of its top where the top holds them one after the other
   (a batch of one, CPU), and lets layers with scratch buffers (convolutions' column
@@ -25,8 +25,9 @@ The net's outputs, its inputs and the blobs named in ``keep`` keep the values th
 ``Net.forward`` gives them (folded weights and Winograd change the last bits: within 1e-5
 relative);
 other blobs' values after a forward are undefined. Folded weights are recomputed before a
-forward when a blob they come from was written through an accessor since (see
-``SyncedMemory.version``); after writing weights through an array kept from before, call
+forward when a blob they come from was written through an accessor, or uses other memory
+(``share_data``), since (``Chain.stale``: the same stamps tell Winograd layers to transform
+their weights again); after writing weights through an array kept from before, call
 ``refold()``. A mode change (CPU/GPU) rebuilds the plan. ``Net.backward`` refuses to run
 once a plan has moved the net's blobs (``release()`` gives them memory of their own again).
 """
@@ -100,8 +101,6 @@ class InferencePlan:
         skipped = [blob_id for chain in self.chains for blob_id in chain.skipped]
         self.memory = MemoryPlan(net, self.steps, protected, skipped)
         self._reshape_and_assign()
-        self._sources = [blob for chain in self.chains for blob in chain.sources]
-        self._versions = self._source_versions()
         self._run = [(s.layer.forward if s.full else s.layer.inference_pass(),
                       s.layer.reshape, s.bottoms, s.tops, s.top_shapes if s.full else None)
                      for s in self.steps]
@@ -152,9 +151,6 @@ class InferencePlan:
     def _current_input_shapes(self):
         return [self.net.blob_entries[i].blob.shape for i in self.net.input_blob_indices]
 
-    def _source_versions(self):
-        return [blob.data_memory.version for blob in self._sources]
-
     # --- running -------------------------------------------------------------------------
     def prepare(self):
         """Bring the plan up to date before a forward: rebuild after a mode change, re-fold
@@ -162,8 +158,9 @@ class InferencePlan:
         shapes."""
         if backend.mode() is not self.mode:
             self._build()
-        if self._source_versions() != self._versions:
-            self._refold_changed()
+        for chain in self.chains:
+            if chain.stale():
+                fold(self.net, chain)
         if self._current_input_shapes() != self._input_shapes:
             self._reshape_and_assign()
 
@@ -198,13 +195,6 @@ class InferencePlan:
             fold(self.net, chain)
         for step in self.steps:
             step.layer.forget_weight_transforms()
-        self._versions = self._source_versions()
-
-    def _refold_changed(self):
-        for chain in self.chains:
-            if chain.current_signature() != chain.signature:
-                fold(self.net, chain)
-        self._versions = self._source_versions()
 
     def release(self):
         """Stop using the plan: the moved blobs get memory of their own (their values are
@@ -245,7 +235,8 @@ class InferencePlan:
                          f"{sum(producers.values())} {'/'.join(sorted(producers))} layers")
         if relus:
             parts.append(f"fused {relus} ReLU layers")
-        winograd = sum(bool(getattr(step.layer, "winograd_block", 0)) for step in self.steps)
+        winograd = sum(step.layer.runs_winograd() for step in self.steps
+                       if hasattr(step.layer, "runs_winograd"))
         if winograd:
             parts.append(f"ran {winograd} Convolution layers as Winograd F(4x4, 3x3)")
         memory = self.memory

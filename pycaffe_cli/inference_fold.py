@@ -21,7 +21,7 @@ layer of P's type built through the registry (P's LayerParameter with bias_term:
 writes the chain's last blob directly; a fused ReLU is applied where that layer adds its
 bias (``fused_relu_slope``). A chain with a ReLU and no affine link keeps P's own weight
 blobs (P needs a bias then); a folded one has its own, recomputed whenever the blobs they
-come from change (``Chain.signature``). The net's layers and params are never modified.
+come from change (``Chain.stale``). The net's layers and params are never modified.
 """
 from dataclasses import dataclass, field
 
@@ -30,6 +30,7 @@ import numpy as np
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.synced_memory import data_stamps
 
 # Producer type -> the LayerParameter field holding num_output, axis and bias_term.
 PRODUCER_FIELDS = {"Convolution": "convolution_param", "Deconvolution": "convolution_param",
@@ -49,12 +50,12 @@ class Chain:
     skipped: list = field(default_factory=list)
     layer: object = None
     sources: list = field(default_factory=list)
-    signature: tuple = ()
+    stamps: tuple = ()
 
-    def current_signature(self):
-        """Which memory each source blob uses and how often it was written (see
-        SyncedMemory.version): a change means the folded weights are stale."""
-        return tuple((b.data_memory, b.data_memory.version) for b in self.sources)
+    def stale(self):
+        """Whether a blob the folded weights come from was written, or uses other memory,
+        since they were computed (``data_stamps``)."""
+        return data_stamps(self.sources) != self.stamps
 
 
 def _canonical(axis, num_axes):
@@ -219,7 +220,7 @@ def fold(net, chain):
     layer = chain.layer
     layer.blobs[0].data[...] = _scaled_weights(producer, weights, a)
     layer.blobs[1].data[...] = (a * bias + b).reshape(layer.blobs[1].shape)
-    chain.signature = chain.current_signature()
+    chain.stamps = data_stamps(chain.sources)
 
 
 def _scaled_weights(producer, weights, a):

@@ -19,14 +19,28 @@ scalar, logging, snapshots) leaves the head SYNCED and costs no copy back.
 In CPU mode nothing ever asks for the device copy, so the buffer stays a plain numpy array
 and numba.cuda is never imported.
 
-``version`` counts the accesses that may change the values (``mutable_host``,
-``mutable_device``, ``set_host``): whoever keeps something computed from the values (the
-inference plan's folded weights, pycaffe_cli/inference.py) compares it to know when to redo
-that. Writes through an array obtained from an earlier mutable access are not counted.
+``version`` is a stamp drawn from one process-wide counter when the memory is made and at
+every access that may change the values (``mutable_host``, ``mutable_device``,
+``set_host``): no two memories share a stamp, so it tells both which memory a blob uses and
+which write it holds. Whoever keeps something computed from a blob's values (the inference
+plan's folded weights, Winograd's transformed weights, a convolution's column buffer)
+compares ``data_stamps`` of the blobs to know when to redo it: a write through an accessor,
+``share_data`` or weights loaded into the blob all change it. Writes through an array
+obtained from an earlier mutable access are not seen.
 """
 import enum
+import itertools
 
 import numpy as np
+
+
+_STAMPS = itertools.count(1)  # next() is atomic under the GIL
+
+
+def data_stamps(blobs):
+    """The data stamps of ``blobs``: equal before and after only if no blob's data was
+    written through an accessor and none uses other memory."""
+    return tuple(blob.data_memory.version for blob in blobs)
 
 
 class Head(enum.Enum):
@@ -45,7 +59,7 @@ class SyncedMemory:
 
     def __init__(self, size):
         self.size = int(size)
-        self.version = 0
+        self.version = next(_STAMPS)
         self.head = Head.UNINIT
         self._host = None
         self._device = None
@@ -68,7 +82,7 @@ class SyncedMemory:
         """The host array, for writing: the device copy (if any) becomes stale."""
         host = self.host()
         self.head = Head.AT_CPU
-        self.version += 1
+        self.version = next(_STAMPS)
         return host
 
     def set_host(self, array):
@@ -79,7 +93,7 @@ class SyncedMemory:
                              f"{array.dtype} {array.shape}")
         self._host = array
         self.head = Head.AT_CPU
-        self.version += 1
+        self.version = next(_STAMPS)
 
     # --- device ------------------------------------------------------------------------
     def device(self):
@@ -99,7 +113,7 @@ class SyncedMemory:
         """The device array, for writing: the host copy (if any) becomes stale."""
         device = self.device()
         self.head = Head.AT_GPU
-        self.version += 1
+        self.version = next(_STAMPS)
         return device
 
     def async_push(self, stream):
@@ -126,7 +140,7 @@ class SyncedMemory:
 
 class SyncedMemoryView:
     """``size`` values of ``parent`` from ``offset``: a SyncedMemory whose state is the
-    parent's (head, version, both copies), so that a write through the view is a write to
+    parent's (head, stamp, both copies), so that a write through the view is a write to
     the parent. The inference plan gives Concat's bottoms such views of its top, where each
     bottom is one contiguous run of the top (pycaffe_cli/inference_memory.py)."""
 
@@ -159,7 +173,9 @@ class SyncedMemoryView:
 
     @property
     def version(self):
-        return self.parent.version
+        """The parent's stamp and where the view starts: views of one memory at different
+        offsets hold different values."""
+        return self.parent.version, self.offset
 
     @property
     def head(self):

@@ -1,19 +1,18 @@
 """Winograd F(4x4, 3x3) in the inference pass of Convolution: the kernels against naive
-window sums (float64), which layers take it (base_convolution_plan.winograd_fits), and when
-the transformed weights are recomputed."""
+window sums (float64) within the proven float32 bound (tests/layers/winograd_reference.py),
+which layers take it (base_convolution_plan.winograd_fits, winograd_error.fits), and when the
+transformed weights are recomputed."""
 import numpy as np
 import pytest
 
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base_convolution_plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
     WINOGRAD_MIN_TILES, winograd_fits
-from pycaffe_cli.layers.kernels.cpu import winograd
+from pycaffe_cli.layers.kernels.cpu import winograd, winograd_error
 from tests.layer_helpers import set_up
 from tests.layers.conv_reference import convolve
-
-# Relative to the largest output: float32 Winograd on unit-scale data stays within ~3e-6
-# (the module's docstring); a wrong transform coefficient is off by O(1).
-TOLERANCE = 1e-5
+from tests.layers.winograd_reference import gemm_bound, winograd_bound
+from tests.numerics import assert_within, gamma
 
 KERNEL_CASES = [  # num, channels, out_channels, height, width, pad, tiles a block
     (1, 1, 1, 6, 6, 0, 1000),    # one tile, no padding
@@ -62,7 +61,40 @@ def test_kernel_matches_window_sums(case, with_bias, relu_slope):
     bias = rng.standard_normal(out_channels).astype(np.float32) if with_bias else None
     got = run_kernel(x, weights, bias, pad, relu_slope, block)
     want = reference(x, weights, bias, pad, relu_slope)
-    assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
+    assert_within(got, want, winograd_bound(x, weights, bias, pad), "Winograd")
+
+
+@pytest.mark.parametrize("offset", [0, 100, 255])
+def test_offset_inputs_and_zero_sum_filters_stay_within_the_bound(offset):
+    """Raw pixels (0-255) and edge-detecting filters: the exact outputs are small next to
+    the inputs, and both ways round in proportion to the inputs; the bound says how much."""
+    rng = np.random.default_rng(offset)
+    x = (offset + rng.standard_normal((1, 32, 12, 12))).astype(np.float32)
+    weights = rng.standard_normal((32, 32, 3, 3))
+    weights -= weights.mean(axis=(2, 3), keepdims=True)
+    weights = weights.astype(np.float32)
+    got = run_kernel(x, weights, None, 1, None, 1000)
+    want = reference(x, weights, None, 1, None)
+    assert_within(got, want, winograd_bound(x, weights, None, 1), "Winograd")
+
+
+def test_the_bound_matrices_are_the_kernels_transforms():
+    """B^T and A^T in winograd_error (which the bound is computed from) form, with G, a
+    Winograd algorithm (exact in float64), and are what the input transform computes."""
+    rng = np.random.default_rng(3)
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((6, 6))
+    u = winograd._G @ g @ winograd._G.T
+    v = winograd_error.B_T @ d @ winograd_error.B_T.T
+    y = winograd_error.A_T @ (u * v) @ winograd_error.A_T.T
+    window_sums = [[np.sum(g * d[i:i + 3, j:j + 3]) for j in range(4)] for i in range(4)]
+    np.testing.assert_allclose(y, window_sums, rtol=1e-12, atol=1e-12)
+    im = d.astype(np.float32)
+    got = np.empty(36, np.float32)
+    winograd.input_transform(im.ravel(), 1, 6, 6, 0, 0, 1, 1, 0, 1, got)
+    bound = gamma(10) * (np.abs(winograd_error.B_T) @ np.abs(im) @
+                         np.abs(winograd_error.B_T.T))
+    assert_within(got.reshape(6, 6), winograd_error.B_T @ im @ winograd_error.B_T.T, bound,
+                  "B^T d B")
 
 
 def tiles_of(case):
@@ -83,14 +115,15 @@ def test_the_blocked_cases_end_in_a_partial_block():
 
 
 def test_kernel_error_on_a_googlenet_sized_layer():
-    """96 -> 128 channels at 14x14 (ReLU'd unit-scale input, He-scaled weights): the error the
-    module's docstring states."""
+    """96 -> 128 channels at 14x14 (ReLU'd unit-scale input, He-scaled weights): within the
+    bound, which is at most MAX_BOUND_RATIO times the GEMM's for these weights."""
     rng = np.random.default_rng(5)
     x = np.maximum(rng.standard_normal((2, 96, 14, 14)), 0).astype(np.float32)
     weights = (rng.standard_normal((128, 96, 3, 3)) * np.sqrt(2 / 864)).astype(np.float32)
     got = run_kernel(x, weights, None, 1, None, 1000)
     want = reference(x, weights, None, 1, None)
-    assert np.abs(got - want).max() <= 4e-6 * np.abs(want).max()
+    assert_within(got, want, winograd_bound(x, weights, None, 1), "Winograd")
+    assert winograd_error.fits(winograd.transform_weights(weights), weights)
 
 
 def test_weight_transform_is_exact_in_float64():
@@ -125,13 +158,39 @@ def inference_against_forward(layer, bottom, top):
     return top[0].data, want
 
 
+def both_ways_bound(layer, bottom, pad=1):
+    """How far Winograd's and the GEMM plan's float32 outputs of ``layer`` may lie apart."""
+    x, weights = bottom[0].data, layer.blobs[0].data
+    bias = layer.blobs[1].data if layer.bias_term else None
+    return winograd_bound(x, weights, bias, pad) + gemm_bound(x, weights, bias, pad)
+
+
 def test_inference_pass_runs_winograd_close_to_the_gemm_plan():
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
                                                     "kernel_size: 3 pad: 1")
-    assert layer.winograd_block == 32
+    assert layer.winograd_block == 32 and layer.runs_winograd()
     got, want = inference_against_forward(layer, bottom, top)
     assert not np.array_equal(got, want)  # another summation: the pass did run Winograd
-    assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
+    assert_within(got, want, both_ways_bound(layer, bottom), "Winograd against GEMM")
+
+
+def test_weights_whose_bound_is_too_high_run_the_gemm_plan():
+    """Filters of one corner tap (shifted copies of the input) amplify most through
+    Winograd's transforms: their error bound is above MAX_BOUND_RATIO times the GEMM's, so
+    the layer keeps the GEMM plan, to the bit the plain forward; until the weights change."""
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                                                    "kernel_size: 3 pad: 1")
+    corner = np.zeros((3, 3), np.float32)
+    corner[0, 2] = 1
+    layer.blobs[0].data[...] = corner
+    weights = layer.blobs[0].data
+    assert winograd_error.bound_ratio(winograd.transform_weights(weights), weights) > \
+        winograd_error.MAX_BOUND_RATIO
+    assert layer.winograd_block and not layer.runs_winograd()
+    got, want = inference_against_forward(layer, bottom, top)
+    np.testing.assert_array_equal(got, want)
+    layer.blobs[0].data[...] = np.random.default_rng(2).standard_normal(weights.shape)
+    assert layer.runs_winograd()
 
 
 def test_fused_relu_and_a_forced_gemm_plan():
@@ -141,7 +200,7 @@ def test_fused_relu_and_a_forced_gemm_plan():
     want = np.maximum(top[0].data, 0)
     layer.fused_relu_slope = 0.0
     layer.inference_pass()(bottom, top)
-    assert np.abs(top[0].data - want).max() <= TOLERANCE * np.abs(want).max()
+    assert_within(top[0].data, want, both_ways_bound(layer, bottom), "fused ReLU")
     assert top[0].data.min() == 0
     layer.force_winograd = False
     layer.reshape(bottom, top)
@@ -183,12 +242,13 @@ def test_the_rule_needs_tiles_and_channels():
 
 def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
     from pycaffe_cli.layers import convolution
-    monkeypatch.setattr(convolution, "COL_BUFFER_LIMIT", winograd.POINTS * 48 * 5)
+    monkeypatch.setattr(convolution, "COL_BUFFER_LIMIT",
+                        winograd.POINTS * (WINOGRAD_MIN_IN + WINOGRAD_MIN_OUT) * 5)
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
                                                     "kernel_size: 3 pad: 1")
     assert layer.winograd_block == 5
     got, want = inference_against_forward(layer, bottom, top)
-    assert np.abs(got - want).max() <= TOLERANCE * np.abs(want).max()
+    assert_within(got, want, both_ways_bound(layer, bottom), "blocks of 5 tiles")
 
 
 def test_the_weight_transform_follows_the_weights():
@@ -200,7 +260,7 @@ def test_the_weight_transform_follows_the_weights():
     forward(bottom, top)
     doubled = top[0].data.copy()
     layer.forward(bottom, top)
-    assert np.abs(doubled - top[0].data).max() <= TOLERANCE * np.abs(doubled).max()
+    assert_within(doubled, top[0].data, both_ways_bound(layer, bottom), "doubled weights")
     kept = layer.blobs[0].data
     forward(bottom, top)
     kept[...] = 0  # through an array kept from before: not counted ...

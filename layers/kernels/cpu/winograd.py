@@ -12,10 +12,9 @@ output channel from a 6x6 patch of every input channel. Winograd's minimal filte
 so the GEMMs do 4x fewer multiplications than im2col's. The 36 products are small: they run
 one per thread (pycaffe_cli/blas.py, matmul_batch). The matrices come from polynomial
 interpolation at the points 0, 1, -1, 1/2, -2 (and infinity) instead of the usual 0, +-1,
-+-2: on unit-scale data this keeps the float32 result within ~2.5e-6 of the exact
-convolution (relative to the largest output), against ~1e-5 for +-2 and ~6e-7 for im2col +
-GEMM (Barabasz et al., "Error analysis and improving the accuracy of Winograd convolution",
-2020, measured here again).
++-2, whose larger coefficients round more (Barabasz et al., "Error analysis and improving the
+accuracy of Winograd convolution", 2020). How far the float32 result may be from the exact
+convolution, and which layers may run this way: winograd_error.py.
 
 Tiles are numbered across the whole batch (image, tile row, tile column), so small images
 share GEMMs. The caller runs blocks of ``count`` tiles from ``first``, as large as its
