@@ -9,12 +9,21 @@ DEVICE =
 .PHONY: setup setup-gpu demo demo-gpu demo-mlp test test-fast test-gpu test-gpu-skips proto bench \
 	clean
 
+# A strict editable install links the packages' files into build/__editable__.* and puts that
+# folder on sys.path, so `import caffe` finds the real package even where the working
+# directory holds a folder named caffe/ (a BVLC checkout); the default editable mode's import
+# hook comes after the working directory. Added or removed source files need the links made
+# again: the stamp depends on the source folders.
+INSTALL := $(BIN)/pip install --quiet --config-settings editable_mode=strict -e
+SOURCE_DIRS := $(shell find $(CURDIR)/pycaffe_cli $(CURDIR)/layers $(CURDIR)/proto -type d \
+	-not -name __pycache__)
+
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(SOURCE_DIRS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(INSTALL) '.[test]'
 	touch $(STAMP)
 
 # The main job: generate the digits data set locally, train LeNet on it, score the result.
@@ -36,9 +45,12 @@ demo-mlp: setup
 	$(BIN)/pycaffe test --model models/mlp/train_test.prototxt \
 		--weights data/mlp/mlp_iter_2000.caffemodel --iterations 10
 
-# The whole suite, slow end-to-end runs included (what CI runs).
+# The whole suite, slow end-to-end runs included, then the numerical tests under the other
+# OpenBLAS kernels this CPU can run, one BLAS thread, and numba code for AVX2-only CPUs
+# (scripts/test_kernels): what CI runs.
 test: setup
 	$(BIN)/python -m pytest -q -n auto --dist worksteal
+	$(BIN)/python scripts/test_kernels
 
 # Everything but the slow end-to-end runs.
 test-fast: setup
@@ -56,11 +68,11 @@ test-gpu-skips: setup
 
 # The gpu extra (numba-cuda, CuPy) in the same virtual environment.
 setup-gpu: setup
-	$(BIN)/pip install --quiet -e '.[gpu,test]'
+	$(INSTALL) '.[gpu,test]'
 
 # Regenerate proto/caffe_pb2.py from proto/caffe.proto (needs the dev extra: grpcio-tools).
 proto: setup
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(INSTALL) '.[dev]'
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto proto/caffe.proto
 
 # CPU benchmark (scripts/bench): pycaffe time on LeNet and CaffeNet against numpy's GEMM rate.
