@@ -4,6 +4,7 @@ import pytest
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.synced_memory import Head, SyncedMemory, SyncedMemoryView
+from tests.numerics import close_to
 
 
 def test_host_access_allocates_zeros_and_never_touches_the_device():
@@ -95,7 +96,7 @@ def test_blob_maths_run_where_the_data_is(on_device, gpu_mode):
     blob.scale_diff(0.5)
     blob.update()
     assert blob.data_memory.on_device is on_device
-    np.testing.assert_allclose(blob.cpu_data, data - np.float32(0.5) * diff, rtol=1e-6)
+    close_to(blob.cpu_data, data - np.float32(0.5) * diff, rtol=1e-6)
     blob.zero_diff()
     np.testing.assert_array_equal(blob.cpu_diff, np.zeros((3, 5)))
 

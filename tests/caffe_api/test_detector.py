@@ -11,6 +11,7 @@ from caffe import io as caffe_io
 from caffe.detector import Detector
 from caffe.pycaffe import Net
 from tests.caffe_api.image_nets import CLASSES, TinyModel, preprocess, save_png
+from tests.numerics import close_to
 
 MEAN = np.array([10.0, 20.0, 30.0])  # per channel, in BGR order as the net sees it
 BGR = (2, 1, 0)
@@ -76,7 +77,7 @@ def test_context_crop_inside_the_image(model):
     detector = Detector(model.model_file, model.weights_file, context_pad=1)
     image = np.random.default_rng(0).random((8, 8, 3)).astype(np.float32)
     crop = detector.crop(image, np.array([2, 2, 5, 5]))
-    np.testing.assert_allclose(crop, caffe_io.resize_image(image, (4, 4)), rtol=1e-6)
+    close_to(crop, caffe_io.resize_image(image, (4, 4)), rtol=1e-6)
 
 
 def test_context_crop_at_the_border_pads_with_the_raw_mean(model):
@@ -92,8 +93,7 @@ def test_context_crop_at_the_border_pads_with_the_raw_mean(model):
     assert crop.shape == (4, 4, 3)
     np.testing.assert_allclose(crop[0], np.tile(MEAN[::-1] / 255, (4, 1)), rtol=1e-6)
     np.testing.assert_allclose(crop[:, 0], np.tile(MEAN[::-1] / 255, (4, 1)), rtol=1e-6)
-    np.testing.assert_allclose(crop[1:, 1:], caffe_io.resize_image(image[0:6, 0:6], (3, 3)),
-                               rtol=1e-6)
+    close_to(crop[1:, 1:], caffe_io.resize_image(image[0:6, 0:6], (3, 3)), rtol=1e-6)
     padded = detector.transformer.preprocess("data", crop)
     np.testing.assert_allclose(padded[:, 0, :], 0, atol=1e-4)
 
@@ -139,7 +139,7 @@ def test_selective_search_uses_the_external_module(model, images, monkeypatch, t
     direct = detector.detect_windows([(os.path.abspath("a.png"), [np.array([0, 0, 4, 4]),
                                                                   np.array([1, 2, 5, 6])])])
     for mine, theirs in zip(detections, direct):
-        np.testing.assert_allclose(mine["prediction"], theirs["prediction"], rtol=1e-6)
+        close_to(mine["prediction"], theirs["prediction"], rtol=1e-6)
 
 
 def test_selective_search_without_the_module(model, monkeypatch):

@@ -14,6 +14,7 @@ from caffe import io as caffe_io
 from caffe.proto import caffe_pb2
 from tests.caffe_api.io_golden import (MEAN_GOLDEN, PREPROCESS_GOLDEN, RESIZE_CASES,
                                        RESIZE_GOLDEN, ramp)
+from tests.numerics import close_to
 
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
@@ -159,7 +160,7 @@ def test_preprocess_applies_each_step_in_bvlc_order():
     bgr = image.transpose(2, 0, 1)[::-1] * 255
     want = (bgr - np.array([100.0, 110.0, 120.0])[:, None, None]) * 0.5
     assert got.dtype == np.float32 and got.shape == (3, 2, 2)
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+    close_to(got, want, rtol=1e-6)
     assert got[0, 0, 0] == pytest.approx((1.0 * 255 - 100) * 0.5)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import caffe
+from tests.numerics import close_to
 
 PYCAFFE = os.path.join(os.path.dirname(sys.executable), "pycaffe")
 
@@ -202,8 +203,8 @@ def test_python_loss_layer_matches_numpy(write, module):
     ipx, ipy = net.blobs["ipx"].data, net.blobs["ipy"].data
     assert loss == pytest.approx(((ipx - ipy) ** 2).sum() / 10 / 2, rel=1e-6)
     net.backward()
-    np.testing.assert_allclose(net.blobs["ipx"].diff, (ipx - ipy) / 10, rtol=1e-6)
-    np.testing.assert_allclose(net.blobs["ipy"].diff, (ipy - ipx) / 10, rtol=1e-6)
+    close_to(net.blobs["ipx"].diff, (ipx - ipy) / 10, rtol=1e-6)
+    close_to(net.blobs["ipy"].diff, (ipy - ipx) / 10, rtol=1e-6)
 
 
 @pytest.mark.slow

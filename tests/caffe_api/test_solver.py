@@ -8,6 +8,7 @@ import pytest
 
 import caffe
 from tests.caffe_api.nets import conv_ip_loss
+from tests.numerics import close_to
 
 SOLVER = """net: "{net}"
 test_iter: 2 test_interval: 10 base_lr: 0.01 momentum: 0.9
@@ -86,7 +87,7 @@ def test_step_matches_a_hand_computed_momentum_update(solver_file):
         history = 0.9 * history + rate * grads[it]   # the bias has decay_mult 1 here
         history += rate * 0.0005 * bias
         bias = bias - history
-        np.testing.assert_allclose(net.params["ip"][1].data, bias, rtol=1e-5)
+        close_to(net.params["ip"][1].data, bias, rtol=1e-5)
 
 
 def test_callbacks_run_in_order(solver_file):

@@ -11,6 +11,7 @@ from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import blob_of, empty_blobs, layer_param, set_up
+from tests.numerics import close_to
 
 TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
 SHAPES = [(4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 2, 2, 3, 2)]
@@ -188,7 +189,7 @@ def test_given_stat_blobs_forward_backward(engine, quick_barriers, shape, factor
                                dy / np.sqrt(per_channel(var / factor, x.ndim) + eps),
                                rtol=1e-5, atol=1e-5)
     # Global statistics are read, never updated.
-    np.testing.assert_allclose(layer.blobs[0].cpu_data, mean, rtol=1e-6)
+    close_to(layer.blobs[0].cpu_data, mean, rtol=1e-6)
     np.testing.assert_allclose(layer.blobs[2].cpu_data, [factor])
 
 
@@ -198,10 +199,10 @@ def test_zero_scale_factor_means_zero_statistics(engine, quick_barriers):
                                 phase=caffe_pb2.TEST)
     layer.forward(bottom, top)
     assert_tops_on_device(layer, top)
-    np.testing.assert_allclose(top[0].cpu_data, x / np.sqrt(1e-5), rtol=1e-5)
+    close_to(top[0].cpu_data, x / np.sqrt(1e-5), rtol=1e-5)
     top[0].diff[...] = dy
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(bottom[0].cpu_diff, dy / np.sqrt(1e-5), rtol=1e-5)
+    close_to(bottom[0].cpu_diff, dy / np.sqrt(1e-5), rtol=1e-5)
 
 
 @pytest.mark.parametrize("params, phase, global_stats", [

@@ -9,6 +9,7 @@ from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
+from tests.numerics import close_to
 
 SHAPE = (2, 3, 4, 5)
 
@@ -46,7 +47,7 @@ def test_learnable_forward(params, blob_shape, axis, engine):
     layer.forward(bottom, top)
     assert_tops_on_device(layer, top)
     expected = x + broadcast(layer.blobs[0].cpu_data, x.ndim, axis)
-    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-6)
+    close_to(top[0].cpu_data, expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
@@ -87,7 +88,7 @@ def test_bottom_form_forward(params, bias_shape, axis, engine):
     assert layer.blobs == []
     layer.forward(bottom, top)
     assert_tops_on_device(layer, top)
-    np.testing.assert_allclose(top[0].cpu_data, x + broadcast(b, x.ndim, axis), rtol=1e-6)
+    close_to(top[0].cpu_data, x + broadcast(b, x.ndim, axis), rtol=1e-6)
 
 
 @pytest.mark.parametrize("params, bias_shape, axis", BOTTOM_FORM)
@@ -156,12 +157,12 @@ def test_in_place(params, bias_shape, axis, engine):
     b_blob.diff[...] = 0
     layer.forward(blobs, [blob])
     assert_tops_on_device(layer, [blob])
-    np.testing.assert_allclose(blob.cpu_data, x + broadcast(b, x.ndim, axis), rtol=1e-6)
+    close_to(blob.cpu_data, x + broadcast(b, x.ndim, axis), rtol=1e-6)
     dy = uniform_data(SHAPE, seed=2)
     blob.diff[...] = dy
     layer.backward([blob], [True] * len(blobs), blobs)
     np.testing.assert_allclose(blob.cpu_diff, dy)
-    np.testing.assert_allclose(b_blob.cpu_diff, summed_to(dy, axis, b.ndim), rtol=1e-5)
+    close_to(b_blob.cpu_diff, summed_to(dy, axis, b.ndim), rtol=1e-5)
 
 
 def test_given_blob_is_used():

@@ -91,7 +91,9 @@ def test_forward_is_the_transpose_of_convolution(shape, params):
     assert dt[0].shape == shape
     lhs = np.dot(ct[0].data.ravel().astype(np.float64), db[0].data.ravel())
     rhs = np.dot(cb[0].data.ravel().astype(np.float64), dt[0].data.ravel())
-    assert lhs == pytest.approx(rhs, rel=1e-5)
+    # sums of signed terms: abs is rel times the data's scale, the largest term
+    scale = np.abs(cb[0].data.ravel().astype(np.float64) * dt[0].data.ravel()).max()
+    assert lhs == pytest.approx(rhs, rel=1e-5, abs=1e-5 * scale)
 
 
 def test_nd_forward_and_gradient():

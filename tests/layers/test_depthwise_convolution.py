@@ -10,6 +10,7 @@ from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
 from tests.layers.conv_reference import convolve
+from tests.numerics import close_to
 
 
 def layer_text(kind, params):
@@ -172,11 +173,11 @@ def test_direct_param_gradients_accumulate_and_frozen_ones_are_skipped():
     np.testing.assert_allclose(once[1], [8, 8, 8])  # 2 images x 2 x 2 outputs
     layer.backward(top, [False], bottom)
     for blob, first in zip(layer.blobs, once):
-        np.testing.assert_allclose(blob.diff, 2 * first, rtol=1e-6)
+        close_to(blob.diff, 2 * first, rtol=1e-6)
     np.testing.assert_array_equal(bottom[0].diff, 0)
     layer.param_propagate_down = [False, False]
     layer.backward(top, [True], bottom)
-    np.testing.assert_allclose(layer.blobs[0].diff, 2 * once[0], rtol=1e-6)
+    close_to(layer.blobs[0].diff, 2 * once[0], rtol=1e-6)
     assert np.abs(bottom[0].diff).sum() > 0
 
 

@@ -13,6 +13,7 @@ from pycaffe_cli.synced_memory import Head
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.numerics import close_to
 
 RATIOS = [None, 0.1, 0.5, 0.8, 0.0]
 # The GPU draws its mask on the device, so the CPU's forward cannot stand in for the GPU's.
@@ -112,7 +113,7 @@ def test_without_scale_train_test_phase_scales(engine):
     layer.scale_train = False  # a field of some Caffe forks, not of BVLC's caffe.proto
     layer.forward(bottom, top)
     assert_written_on_device(top[0])
-    np.testing.assert_allclose(top[0].cpu_data, x.astype(np.float32) * 0.75, rtol=1e-6)
+    close_to(top[0].cpu_data, x.astype(np.float32) * 0.75, rtol=1e-6)
     top[0].diff[...] = 2
     layer.backward(top, [True], bottom)
     np.testing.assert_allclose(bottom[0].cpu_diff, 1.5, rtol=1e-6)
@@ -154,7 +155,7 @@ def test_backward_uses_the_forward_mask(engine, shape, in_place, ratio):
         top.diff[...] = dy
         layer.backward([top], [True], [bottom])
         np.testing.assert_array_equal(bottom.cpu_diff, np.where(kept, dy * layer.scale, 0))
-        np.testing.assert_allclose(bottom.cpu_diff, np.where(kept, dy * scale, 0), rtol=1e-6)
+        close_to(bottom.cpu_diff, np.where(kept, dy * scale, 0), rtol=1e-6)
 
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1, 1.5])

@@ -9,6 +9,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
+from tests.numerics import close_to
 
 FILLERS = ('weight_filler { type: "uniform" min: -1 max: 1 } '
            'bias_filler { type: "uniform" min: -1 max: 1 } ')
@@ -45,7 +46,7 @@ def test_forward_backward(engine, shape, input_dim, bias_term):
     if bias_term:
         expected = expected + layer.blobs[1].cpu_data
     assert top[0].shape == shape + (4,)
-    np.testing.assert_allclose(top[0].cpu_data, expected, rtol=1e-6)
+    close_to(top[0].cpu_data, expected, rtol=1e-6)
     # the weight gradient sums dy over each row's occurrences; the bias's over all
     dy = np.random.default_rng(5).normal(size=shape + (4,)).astype(np.float32)
     top[0].diff[...] = dy

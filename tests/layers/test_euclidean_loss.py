@@ -7,6 +7,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
+from tests.numerics import close_to
 
 
 def euclidean(extra=""):
@@ -48,8 +49,8 @@ def test_loss_weight_scales_gradient_and_loss(engine):
     np.testing.assert_allclose(loss, 3 * top[0].data, rtol=1e-6)
     layer.backward(top, [True, True], bottom)
     d = a.astype(np.float32) - b.astype(np.float32)
-    np.testing.assert_allclose(bottom[0].diff, 3 * d / 3, rtol=1e-6)
-    np.testing.assert_allclose(bottom[1].diff, -3 * d / 3, rtol=1e-6)
+    close_to(bottom[0].diff, 3 * d / 3, rtol=1e-6)
+    close_to(bottom[1].diff, -3 * d / 3, rtol=1e-6)
 
 
 # Layer.forward reads a weighted loss top back to the host (head SYNCED); loss_weight 0 keeps
@@ -71,7 +72,7 @@ def test_backward_against_numpy(engine, shapes, down):
     layer.backward(top, down, bottom)
     for blob, sign, propagated in zip(bottom, (1, -1), down):
         want = sign * np.float32(0.7) * d.reshape(blob.shape) / a.shape[0] if propagated else 9
-        np.testing.assert_allclose(blob.cpu_diff, want, rtol=1e-6)
+        close_to(blob.cpu_diff, want, rtol=1e-6)
 
 
 def test_allows_force_backward_to_both():

@@ -8,6 +8,7 @@ from pycaffe_cli.layers.base import v1_type_name
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import (SHIFT_DOWN, assert_in_place_matches, set_up)
+from tests.numerics import close_to
 
 SHAPES = [(2, 3, 4, 5), (3, 6)]
 # (base, scale, shift): Caffe's own test settings plus e with a shift and a base below 1
@@ -40,8 +41,7 @@ def test_forward_backward(engine, shape, base, scale, shift):
     top[0].diff[...] = dy
     layer.backward(top, [True], bottom)
     log_base = 1.0 if base == -1 else np.log(float(base))
-    np.testing.assert_allclose(bottom[0].cpu_diff, dy * expected * scale * log_base,
-                               rtol=2e-6)
+    close_to(bottom[0].cpu_diff, dy * expected * scale * log_base, rtol=2e-6)
 
 
 def test_defaults_are_natural_exp():

@@ -9,6 +9,7 @@ from pycaffe_cli.testing import check_gradient
 from pycaffe_cli.layers.base import create_layer
 from tests.gpu_helpers import assert_tops_on_device
 from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.numerics import close_to
 
 
 def inner_product(params, blobs=""):
@@ -125,8 +126,7 @@ def test_backward_skips_frozen_params():
     top[0].diff[...] = 1
     layer.backward(top, [True], bottom)
     np.testing.assert_array_equal(layer.blobs[0].diff, 0)
-    np.testing.assert_allclose(bottom[0].diff, layer.blobs[0].data.sum(axis=0)[None].repeat(2, 0),
-                               rtol=1e-6)
+    close_to(bottom[0].diff, layer.blobs[0].data.sum(axis=0)[None].repeat(2, 0), rtol=1e-6)
 
 
 def test_given_blobs_are_used():

@@ -8,6 +8,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
+from tests.numerics import close_to
 
 LOSS = 'name: "loss" type: "MultinomialLogisticLoss"'
 
@@ -48,8 +49,7 @@ def test_forward_backward(engine, shapes, top_diff):
     assert top[0].shape == ()
     np.testing.assert_allclose(top[0].cpu_data, expected_loss, rtol=1e-6)
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
-    np.testing.assert_allclose(bottom[0].cpu_diff.reshape(expected_grad.shape),
-                               top_diff * expected_grad, rtol=1e-6)
+    close_to(bottom[0].cpu_diff.reshape(expected_grad.shape), top_diff * expected_grad, rtol=1e-6)
 
 
 def test_zero_probability_is_clamped(engine):

@@ -10,6 +10,7 @@ from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import blob_of, empty_blobs, layer_param, set_up
+from tests.numerics import close_to
 
 SHAPES = [(2, 3, 4, 5), (2, 3, 4), (3, 2, 1, 6)]
 PARAMS = [
@@ -121,7 +122,7 @@ def test_in_place(engine, quick_barriers, params):
     blob = blob_of(x)
     in_place.setup([blob], [blob])
     in_place.forward([blob], [blob])
-    np.testing.assert_allclose(blob.cpu_data, top[0].cpu_data, rtol=1e-6)
+    close_to(blob.cpu_data, top[0].cpu_data, rtol=1e-6)
     blob.diff[...] = dy
     in_place.backward([blob], [True], [blob])
     np.testing.assert_allclose(blob.cpu_diff, bottom[0].cpu_diff, rtol=1e-5, atol=1e-6)

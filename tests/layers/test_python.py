@@ -22,6 +22,7 @@ from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.solvers import create_solver
 from pycaffe_cli.testing import check_gradient
 from tests.layer_helpers import set_up
+from tests.numerics import close_to
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYCAFFE = os.path.join(os.path.dirname(sys.executable), "pycaffe")
@@ -133,7 +134,7 @@ def test_forward_backward_and_gradient(module):
     assert layer.impl.setup_calls == 1
     assert top[0].shape == x.shape
     layer.forward(bottom, top)
-    np.testing.assert_allclose(top[0].data, 10 * x, rtol=1e-6)
+    close_to(top[0].data, 10 * x, rtol=1e-6)
     check_gradient(layer, bottom, top)
 
 

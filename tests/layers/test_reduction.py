@@ -66,7 +66,9 @@ def test_defaults_sum_everything_to_a_scalar(engine):
     layer.forward(bottom, top)
     assert_tops_on_device(layer, top)
     assert top[0].shape == ()
-    np.testing.assert_allclose(top[0].data, x.sum(dtype=np.float64), rtol=1e-5)
+    # a sum of signed terms: atol is rtol times the data's scale, the largest term
+    np.testing.assert_allclose(top[0].data, x.sum(dtype=np.float64), rtol=1e-5,
+                               atol=1e-5 * np.abs(x).max())
 
 
 @pytest.mark.parametrize("engine, op, shape, axis, coeff", engine_cases(

@@ -9,6 +9,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import assert_in_place_matches, set_up
+from tests.numerics import close_to
 
 SHAPES = [(2, 3, 4, 5), (7,), (3, 6)]
 SLOPES = [0.0, 0.01, 0.5]
@@ -46,7 +47,7 @@ def test_forward_backward(engine, shape, slope):
     np.testing.assert_allclose(y, np.where(xf > 0, xf, np.float32(slope) * xf), rtol=1e-6)
     # Caffe's factor (x > 0) + slope (x <= 0): 0 for NaN
     factor = (xf > 0).astype(np.float32) + np.float32(slope) * (xf <= 0).astype(np.float32)
-    np.testing.assert_allclose(dx, dy * factor, rtol=1e-6)
+    close_to(dx, dy * factor, rtol=1e-6)
     if engine == "gpu":
         # the same per-element bodies run on both targets: the same bits
         backend.set_mode_cpu()

@@ -9,6 +9,7 @@ from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import blob_of, broadcast, layer_param, set_up, uniform_data
+from tests.numerics import close_to
 
 SHAPE = (2, 3, 4, 5)
 FILLERS = ('filler { type: "uniform" min: -1 max: 1 } '
@@ -192,8 +193,10 @@ def test_scale_bottom_gradient_overwrites(params, scale_shape, engine):
     bottom[1].diff[...] = 10
     layer.backward(top, [True, True], bottom)
     expected = dy * x if scale_shape else (dy * x).sum()
-    np.testing.assert_allclose(bottom[1].cpu_diff, expected, rtol=1e-5)
-    np.testing.assert_allclose(bottom[0].cpu_diff, dy * s, rtol=1e-6)
+    # atol: rtol times the data's scale, the largest term (close_to's, for the elementwise case)
+    np.testing.assert_allclose(bottom[1].cpu_diff, expected, rtol=1e-5,
+                               atol=1e-5 * np.abs(dy * x).max())
+    close_to(bottom[0].cpu_diff, dy * s, rtol=1e-6)
 
 
 @pytest.mark.parametrize("bias_term", [True, False])
@@ -217,14 +220,14 @@ def test_in_place_matches_out_of_place(two_bottoms, bias_term, engine):
         mine.data[...] = theirs.data
     in_place.forward(in_bottom, [blob])
     assert_tops_on_device(in_place, [blob])
-    np.testing.assert_allclose(blob.data, top[0].data, rtol=1e-6)
+    close_to(blob.data, top[0].data, rtol=1e-6)
     blob.diff[...] = dy
     in_place.backward([blob], [True] * len(bottoms), in_bottom)
-    np.testing.assert_allclose(blob.diff, bottom[0].diff, rtol=1e-6)
+    close_to(blob.diff, bottom[0].diff, rtol=1e-6)
     for mine, theirs in zip(in_place.blobs, layer.blobs):
-        np.testing.assert_allclose(mine.diff, theirs.diff, rtol=1e-5)
+        close_to(mine.diff, theirs.diff, rtol=1e-5)
     if two_bottoms:
-        np.testing.assert_allclose(in_bottom[1].diff, bottom[1].diff, rtol=1e-5)
+        close_to(in_bottom[1].diff, bottom[1].diff, rtol=1e-5)
 
 
 def test_given_blobs_with_bias():

@@ -6,6 +6,7 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
+from tests.numerics import close_to
 
 
 def tile(params):
@@ -44,7 +45,7 @@ def test_backward_sums_the_copies(shape, axis, tiles, engine):
     layer.backward(top, [True], bottom)
     axis = axis % len(shape)
     split = dy.reshape(shape[:axis] + (tiles,) + shape[axis:])
-    np.testing.assert_allclose(bottom[0].cpu_diff, split.sum(axis=axis), rtol=1e-6)
+    close_to(bottom[0].cpu_diff, split.sum(axis=axis), rtol=1e-6)
 
 
 @pytest.mark.parametrize("engine, shape, axis, tiles",

@@ -10,6 +10,7 @@ import pytest
 
 from caffe.detector import Detector
 from tests.caffe_api.image_nets import CLASSES, TinyModel, save_png
+from tests.numerics import close_to
 from tests.scripts.loading import load_script
 
 MEAN = np.array([100.0, 110.0, 120.0])
@@ -64,8 +65,7 @@ def test_list_mode_to_csv(setup, capsys):
     assert [row[:5] for row in rows[1:]] == [
         [d["filename"]] + [str(v) for v in d["window"]] for d in expected]
     for row, detection in zip(rows[1:], expected):
-        np.testing.assert_allclose([float(v) for v in row[5:]], detection["prediction"],
-                                   rtol=1e-6)
+        close_to([float(v) for v in row[5:]], detection["prediction"], rtol=1e-6)
 
 
 def test_list_mode_to_hdf5(setup):
@@ -79,8 +79,7 @@ def test_list_mode_to_hdf5(setup):
         assert [n.decode() for n in h5["filename"][:]] == [d["filename"] for d in expected]
         np.testing.assert_array_equal(h5["window"][:], [d["window"] for d in expected])
         assert list(h5["window"].attrs["columns"]) == ["ymin", "xmin", "ymax", "xmax"]
-        np.testing.assert_allclose(h5["prediction"][:], [d["prediction"] for d in expected],
-                                   rtol=1e-6)
+        close_to(h5["prediction"][:], [d["prediction"] for d in expected], rtol=1e-6)
 
 
 def test_selective_search_on_a_txt_list(setup, monkeypatch):

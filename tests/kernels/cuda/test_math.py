@@ -7,6 +7,7 @@ import pytest
 
 from pycaffe_cli.cuda import math as gpu_math
 from pycaffe_cli.cuda import fill, memory
+from tests.numerics import close_to
 
 pytestmark = pytest.mark.usefixtures("gpu_mode")
 RNG = np.random.default_rng(11)
@@ -168,10 +169,10 @@ def test_elementwise_functions():
     np.testing.assert_array_equal(out.copy_to_host(), [-1, 0, 1, 0])
     y = _upload(b)
     gpu_math.axpby(n, 2.0, _upload(a), 0.5, y)
-    np.testing.assert_allclose(y.copy_to_host(), 2 * a + 0.5 * b, rtol=1e-6)
+    close_to(y.copy_to_host(), 2 * a + 0.5 * b, rtol=1e-6)
     gpu_math.scal(n, 3.0, y)
     gpu_math.add_scalar(n, 1.0, y)
-    np.testing.assert_allclose(y.copy_to_host(), 3 * (2 * a + 0.5 * b) + 1, rtol=1e-5)
+    close_to(y.copy_to_host(), 3 * (2 * a + 0.5 * b) + 1, rtol=1e-5)
     filled = memory.empty(7)
     memory.fill(filled, 2.5)
     np.testing.assert_array_equal(filled.copy_to_host(), np.full(7, 2.5))
