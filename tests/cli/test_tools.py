@@ -1,5 +1,6 @@
 """Caffe's data tools as pycaffe commands: convert_imageset and compute_image_mean."""
 import io
+import re
 
 import numpy as np
 import pytest
@@ -226,8 +227,10 @@ def test_global_flags_are_accepted_by_tools(run_cli, images):
 def test_usage_lists_the_tools(run_cli):
     result = run_cli("--help")
     assert "tools:" in result.out
-    assert "  convert_imageset   convert a set of images to a leveldb/lmdb" in result.out
-    assert "  compute_image_mean compute the mean image of a leveldb/lmdb" in result.out
+    assert re.search(r"^  convert_imageset +convert a set of images to a leveldb/lmdb$",
+                     result.out, re.M)
+    assert re.search(r"^  compute_image_mean +compute the mean image of a leveldb/lmdb$",
+                     result.out, re.M)
     help_text = run_cli("convert_imageset", "--help").out
     assert "ROOTFOLDER LISTFILE DB_NAME" in help_text and "--gray / --nogray" in help_text
     assert "--solver" not in help_text
