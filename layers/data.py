@@ -28,6 +28,7 @@ from pycaffe_cli.errors import CaffeError, layer_error
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_state,
                                           restore_generator)
+from pycaffe_cli.state_fields import state_generator, state_hex, state_int, state_object
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 
@@ -127,10 +128,15 @@ class DatumReader:
         self._count, self._rank = count, rank
 
     def advance(self):
-        self._cursor.next()
-        if not self._cursor.valid():
-            LOG.info("Restarting data prefetching from start.")
-            self._cursor.seek_to_first()
+        key = self._cursor.key()
+        try:
+            self._cursor.next()
+            if not self._cursor.valid():
+                LOG.info("Restarting data prefetching from start.")
+                self._cursor.seek_to_first()
+        except CaffeError as error:   # a damaged database: say where the reading stopped
+            raise layer_error(self.layer_name, f"{error} (after record "
+                                               f"{key.decode(errors='replace')!r})") from None
         self._offset += 1
 
     def _skip_other_ranks(self):
@@ -174,13 +180,13 @@ class DatumReader:
         return position
 
     def restore(self, position):
-        try:
-            key = bytes.fromhex(position["key"])
-            rng_state = position.get("rng")
-            offset = int(position.get("offset", 0))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise layer_error(self.layer_name, f"saved data position {position!r} is not a "
-                                               "Data layer position") from None
+        """Continue from a ``position()`` dict, every field checked first (state_fields.py)."""
+        state_object(position, ("key", "rng") + (("offset",) if self._count > 1 else ()))
+        key = state_hex(position, "key")
+        rng_state = state_generator(position, "rng", self._rng)
+        offset = 0
+        if self._count > 1:
+            offset = state_int(position, "offset", 0, self._count, f" ({self._count} ranks)")
         if not self._cursor.seek(key):
             raise layer_error(self.layer_name, f"saved data position: database "
                                                f"{self.source!r} has no record {key!r}")

@@ -22,8 +22,10 @@ import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.hdf5_read import H5PY_ERRORS, h5py_detail, read_float32
 from pycaffe_cli.io.input_files import file_problem, read_input_text, shown
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.state_fields import state_int, state_object, state_permutation
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 
@@ -76,6 +78,15 @@ class HDF5DataLayer(Layer):
     # --- file loading ----------------------------------------------------------------
     def _load(self, file_index, reset_order=True):
         """Read every top's dataset of one file into memory and (re)draw the row order."""
+        self._arrays = self._read_file(file_index)
+        if not reset_order:
+            return
+        self._data_permutation = np.arange(self._arrays[0].shape[0])
+        if self._shuffle:
+            backend.rng().shuffle(self._data_permutation)
+
+    def _read_file(self, file_index):
+        """Every top's dataset of one file, checked to have the same rows."""
         path = self._files[file_index]
         with self._open(path) as handle:
             arrays = [self._read_dataset(handle, path, name) for name in self._names]
@@ -89,12 +100,7 @@ class HDF5DataLayer(Layer):
             raise self.error(f"HDF5 file {path!r}: the datasets have no rows")
         if self._top_shapes is not None:
             self._check_row_shapes(path, arrays)
-        self._arrays = arrays
-        if not reset_order:
-            return
-        self._data_permutation = np.arange(rows)
-        if self._shuffle:
-            backend.rng().shuffle(self._data_permutation)
+        return arrays
 
     def _open(self, path):
         """h5py's handle on a listed file, checked first (h5py would block on a pipe)."""
@@ -106,24 +112,32 @@ class HDF5DataLayer(Layer):
             raise self.error(f"HDF5 file '{shown(path)}' (listed in {source!r}): {problem}")
         try:
             return h5py.File(path, "r")
-        except OSError as exc:
-            raise self.error(f"failed opening HDF5 file {path!r}: {exc}") from None
+        except H5PY_ERRORS as exc:
+            raise self.error(f"failed opening HDF5 file {path!r}: {h5py_detail(exc)}") from None
 
     def _read_dataset(self, handle, path, name):
-        dataset = handle.get(name)
+        try:
+            return self._checked_dataset(handle, path, name)
+        except H5PY_ERRORS as exc:   # a damaged file (hdf5_read.py)
+            raise self.error(f"HDF5 file {path!r} is damaged: cannot read dataset {name!r} "
+                             f"({h5py_detail(exc)})") from None
+
+    def _checked_dataset(self, handle, path, name):
+        # not get(): that hides a damaged object as a missing one
+        dataset = handle[name] if name in handle else None
         if not isinstance(dataset, h5py.Dataset):
+            names = sorted(handle.keys())
+            if dataset is None and name in names:   # listed, yet not found by name
+                raise self.error(f"HDF5 file {path!r} is damaged: dataset {name!r} is listed "
+                                 "but cannot be looked up")
             raise self.error(f"HDF5 file {path!r} has no dataset {name!r} (the top names "
-                             f"select the datasets; it has {sorted(handle.keys())})")
+                             f"select the datasets; it has {names})")
         if dataset.ndim < 1:
             raise self.error(f"HDF5 file {path!r}: dataset {name!r} must have at least 1 axis")
         if dataset.dtype.kind not in "fiu":
             raise self.error(f"HDF5 file {path!r}: dataset {name!r} has type {dataset.dtype}; "
                              f"only float and integer datasets can be read")
-        try:
-            return np.ascontiguousarray(dataset[()], dtype=np.float32)
-        except OSError as exc:
-            raise self.error(f"failed reading dataset {name!r} from HDF5 file {path!r}: "
-                             f"{exc}") from None
+        return read_float32(dataset, f"HDF5 file {path!r}: dataset {name!r}")
 
     def _check_row_shapes(self, path, arrays):
         """Later files must have the rows the tops were shaped for by the first file."""
@@ -193,18 +207,24 @@ class HDF5DataLayer(Layer):
         return state
 
     def set_state(self, state):
-        file_permutation = np.asarray(state["file_permutation"], dtype=np.int64)
-        if sorted(file_permutation.tolist()) != list(range(len(self._files))):
-            raise self.error("saved data position does not match the source list "
-                             f"{self.param.hdf5_data_param.source!r}")
-        self._file_permutation = file_permutation
-        self._current_file = int(state["file"])
-        self._load(self._file_permutation[self._current_file], reset_order=False)
-        rows = self._arrays[0].shape[0]
-        data_permutation = np.asarray(state["data_permutation"], dtype=np.int64)
-        if data_permutation.shape != (rows,) or not 0 <= int(state["row"]) < rows:
-            raise self.error("saved data position does not match the HDF5 file "
-                             f"{self._files[self._file_permutation[self._current_file]]!r}")
-        self._data_permutation = data_permutation
-        self._current_row = int(state["row"])
-        self._offset = int(state.get("offset", 0))
+        """Continue from a ``get_state`` dict, every field checked before anything changes."""
+        keys = ("file", "row", "file_permutation", "data_permutation")
+        state_object(state, keys + (("offset",) if self._ranks > 1 else ()))
+        listed = f" (the files listed in {self.param.hdf5_data_param.source!r})"
+        file_permutation = state_permutation(state, "file_permutation", len(self._files), listed)
+        current_file = state_int(state, "file", 0, len(self._files), listed)
+        offset = 0
+        if self._ranks > 1:
+            offset = state_int(state, "offset", 0, self._ranks, f" ({self._ranks} ranks)")
+        index = file_permutation[current_file]
+        arrays = self._read_file(index)
+        rows = arrays[0].shape[0]
+        in_file = f" (the rows of {self._files[index]!r})"
+        data_permutation = state_permutation(state, "data_permutation", rows, in_file)
+        row = state_int(state, "row", 0, rows, in_file)
+        self._file_permutation = np.asarray(file_permutation, dtype=np.int64)
+        self._current_file = current_file
+        self._arrays = arrays
+        self._data_permutation = np.asarray(data_permutation, dtype=np.int64)
+        self._current_row = row
+        self._offset = offset

@@ -1,17 +1,21 @@
 """HDF5Output: write the ``data`` and ``label`` bottoms to an HDF5 file (Caffe's
 HDF5OutputLayer).
 
-The file ``hdf5_output_param.file_name`` is created (truncated) at set-up. Each forward appends
-the batch to the datasets ``data`` and ``label``, stored as float32 in Caffe's 4-D legacy shape
-(num, channels, height, width), missing axes counting as 1. Caffe rewrites the same datasets on
-every forward (so only one batch ever fits); here they grow, and the file is flushed after
-every batch so that a killed run still leaves a readable file. ``close()`` closes it.
+The file ``hdf5_output_param.file_name`` is created anew at set-up (made beside its name and
+renamed onto it: an earlier file is replaced, a link by a file and never its target; a folder,
+pipe or device there is refused). Each forward appends the batch to the datasets ``data`` and
+``label``, stored as float32 in Caffe's 4-D legacy shape (num, channels, height, width),
+missing axes counting as 1. Caffe rewrites the same datasets on every forward (so only one
+batch ever fits); here they grow, and the file is flushed after every batch so that a killed
+run still leaves a readable file. ``close()`` closes it.
 """
 import os
 
 import h5py
 import numpy as np
 
+from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.files import open_new_in_place
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.log import LOG
 
@@ -35,9 +39,9 @@ class HDF5OutputLayer(Layer):
             raise self.error(f"cannot create HDF5 file {self.file_name!r}: folder {folder!r} "
                              f"does not exist")
         try:
-            self._file = h5py.File(self.file_name, "w")
-        except OSError as exc:
-            raise self.error(f"failed to open HDF5 file {self.file_name!r}: {exc}") from None
+            self._file = open_new_in_place(self.file_name, lambda temp: h5py.File(temp, "w"))
+        except CaffeError as error:
+            raise self.error(str(error)) from None
 
     def reshape(self, bottom, top):
         """No tops; the bottoms are checked on forward."""

@@ -13,6 +13,8 @@ list (drawn from the layer's own generator, seeded from the shared one); without
 file order. ``rand_skip`` starts at a random line in [0, rand_skip). A missing or unreadable
 image is an error naming the file (Caffe stops there too).
 """
+import re
+
 import numpy as np
 
 from pycaffe_cli.data.image import read_image
@@ -24,6 +26,11 @@ from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_state,
                                           restore_generator)
 from pycaffe_cli.log import LOG
+from pycaffe_cli.state_fields import StateFieldError, state_generator, state_int, state_object
+
+# Caffe reads a label with atoi into an int: negative labels are fine, 2^40 is not
+INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
+_LABEL = re.compile(r"[+-]?[0-9]+")   # int() would also take "1_000" and other scripts' digits
 
 
 @register("ImageData", v1="IMAGE_DATA")
@@ -74,16 +81,28 @@ class ImageDataLayer(BasePrefetchingDataLayer):
             if not line.strip():
                 continue
             path, space, label = line.rstrip("\r").rpartition(" ")
-            try:
-                if not space:
-                    raise ValueError
-                lines.append((path, int(label)))
-            except ValueError:
+            if not space or not _LABEL.fullmatch(label):
                 raise self.error(f"{source}:{number}: expected '<path> <integer label>', got "
-                                 f"{line!r}") from None
+                                 f"{line!r}")
+            value = _int_label(label)
+            if value is None:
+                shown = label if len(label) <= 24 else f"{label[:12]}...({len(label)} digits)"
+                raise self.error(f"{source}:{number}: label {shown} is outside the range of a "
+                                 f"32-bit int, which Caffe reads labels as ([{INT_MIN}, "
+                                 f"{INT_MAX}])")
+            lines.append((path, value))
         if not lines:
             raise self.error(f"image list {source!r} names no images")
         return lines
+
+
+def _int_label(label):
+    """The value of an integer label, or None outside Caffe's int (without int() of a long
+    string, which Python refuses past 4300 digits)."""
+    if len(label.lstrip("+-").lstrip("0")) > len(str(INT_MAX)):
+        return None
+    value = int(label)
+    return value if INT_MIN <= value <= INT_MAX else None
 
 
 class ImageListReader:
@@ -150,19 +169,16 @@ class ImageListReader:
                 "rng": generator_state(self._rng), "images": len(self._paths)}
 
     def restore(self, position):
-        try:
-            index, images = int(position["index"]), int(position["images"])
-            pass_state, rng_state = position["pass_rng"], position["rng"]
-        except (KeyError, TypeError, ValueError):
-            raise layer_error(self.layer_name, f"saved data position {position!r} is not an "
-                                               "ImageData position") from None
-        if images != len(self._paths) or not 0 <= index < images:
-            raise layer_error(self.layer_name, f"saved data position (image {index} of "
-                                               f"{images}) does not match the list of "
-                                               f"{len(self._paths)} images")
+        """Continue from a ``position()`` dict, every field checked first (state_fields.py)."""
+        state_object(position, ("index", "pass_rng", "rng", "images"))
+        images = len(self._paths)
+        if state_int(position, "images", 0, 2 ** 31) != images:
+            raise StateFieldError("images", f"saved for a list of {position['images']} "
+                                            f"images; this layer's list has {images}")
+        index = state_int(position, "index", 0, images, " (the images in the list)")
+        pass_state = state_generator(position, "pass_rng", self._order_rng)
+        rng_state = state_generator(position, "rng", self._rng)
         if self._order_rng is not None:
-            if pass_state is None:
-                raise layer_error(self.layer_name, "saved data position has no shuffle state")
             self._order_rng.bit_generator.state = pass_state
         self._new_pass()
         restore_generator(self._rng, rng_state)

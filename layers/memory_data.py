@@ -10,6 +10,7 @@ checks); each forward serves the next batch and wraps around at the end.
 import numpy as np
 
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.state_fields import StateFieldError, state_int, state_object
 
 
 @register("MemoryData", v1="MEMORY_DATA")
@@ -98,4 +99,12 @@ class MemoryDataLayer(Layer):
         return {"pos": self._pos}
 
     def set_state(self, state):
-        self._pos = int(state["pos"])
+        """Continue at example ``pos``: a multiple of batch_size within the data (any
+        multiple while no data has been handed in: ``reset`` starts again at 0)."""
+        state_object(state, ("pos",))
+        n = self._data.shape[0] if self._data is not None else 2 ** 31
+        pos = state_int(state, "pos", 0, n, " (the examples handed in)")
+        if pos % self._batch_size:
+            raise StateFieldError("pos", f"must be a multiple of the batch size "
+                                         f"({self._batch_size}), found {pos}")
+        self._pos = pos

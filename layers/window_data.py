@@ -39,6 +39,7 @@ from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes, read_input
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_state,
                                           restore_generator)
+from pycaffe_cli.state_fields import state_generator, state_object
 from pycaffe_cli.log import LOG
 
 _F = np.float32
@@ -245,11 +246,9 @@ class WindowReader:
         return {"rng": generator_state(self._rng)}
 
     def restore(self, position):
-        try:
-            restore_generator(self._rng, position["rng"])
-        except (KeyError, TypeError, ValueError):
-            raise layer_error(self.layer_name, f"saved data position {position!r} is not a "
-                                               "WindowData position") from None
+        """Continue from a ``position()`` dict, checked first (state_fields.py)."""
+        state_object(position, ("rng",))
+        restore_generator(self._rng, state_generator(position, "rng", self._rng))
 
 
 def _round(value):

@@ -17,6 +17,7 @@ Whole-blob maths (``update``, ``asum_*``, ``sumsq_*``, ``scale_diff``...) runs w
 freshest copy is, as Caffe's Blob does.
 """
 import math
+import operator
 
 import numpy as np
 
@@ -26,6 +27,27 @@ from pycaffe_cli.sizes import checked_count
 from pycaffe_cli.synced_memory import SyncedMemory
 
 MAX_BLOB_AXES = 32
+
+
+class BlobShapeError(CaffeError, ValueError):
+    """An impossible blob shape: one line from the command line (a CaffeError), a ValueError
+    to a Python caller (``net.blobs["data"].reshape(-1, 3)``)."""
+
+
+def _dims(shape):
+    """``shape`` as a tuple of Python ints; TypeError naming the first dimension that is not
+    an integer. int(1.5) would truncate and True would count as 1, so only int and numpy
+    integers (anything with ``__index__`` but bool) pass."""
+    shape, dims = tuple(shape), []
+    for dim in shape:
+        try:
+            if isinstance(dim, (bool, np.bool_)):
+                raise TypeError
+            dims.append(operator.index(dim))
+        except TypeError:
+            raise TypeError(f"blob dimensions must be integers, got {dim!r} in "
+                            f"{shape!r}") from None
+    return tuple(dims)
 
 
 class Blob:
@@ -44,12 +66,19 @@ class Blob:
 
     # --- shape -------------------------------------------------------------------------
     def reshape(self, shape):
-        """Give the blob a new shape, growing storage only when the count exceeds capacity."""
-        shape = tuple(int(d) for d in shape)
+        """Give the blob a new shape, growing storage only when the count exceeds capacity.
+
+        Raises:
+            TypeError: a dimension is not an integer (1.5, "3", True).
+            BlobShapeError: a negative dimension, or more than MAX_BLOB_AXES axes.
+            AllocationError: more values than a Caffe blob or the machine can hold.
+        """
+        shape = _dims(shape)
         if len(shape) > MAX_BLOB_AXES:
-            raise CaffeError(f"blob shape {shape} has more than {MAX_BLOB_AXES} axes")
-        if any(d < 0 for d in shape):
-            raise CaffeError(f"blob shape {shape} has a negative dimension")
+            raise BlobShapeError(f"blob shape {shape} has more than {MAX_BLOB_AXES} axes")
+        negative = [d for d in shape if d < 0]
+        if negative:
+            raise BlobShapeError(f"blob shape {shape} has a negative dimension {negative[0]}")
         count = checked_count(shape)
         # data and diff grow apart: the inference plan gives data a buffer bigger than the blob
         if count > self._data_mem.size:

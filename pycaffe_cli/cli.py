@@ -11,6 +11,7 @@ command line); anything else is a bug and keeps its traceback.
 import os
 import signal
 import sys
+import warnings
 
 import click
 
@@ -132,17 +133,26 @@ def _command_first(args):
     return args
 
 
+# numpy's floating-point warnings ("RuntimeWarning: invalid value encountered in matmul" and
+# a source line) would reach the user where one WARNING already names the file or the layer
+# (weights and mean files, commands/non_finite.py, solvers/divergence.py). The filter is
+# global, so the prefetch threads are quiet too, and lasts only while main() runs.
+_NUMPY_FLOAT_WARNINGS = r"(invalid value|overflow|divide by zero|underflow) encountered"
+
+
 def main(argv=None):
     """Run ``pycaffe`` on ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
     setup_logging()
-    try:
-        return _main(args)
-    except BrokenPipeError:
-        # The reader of stdout or stderr has gone (`pycaffe layers | head -1`): stop without a
-        # word, as Caffe and other Unix tools do when SIGPIPE ends them.
-        _drop_broken_streams()
-        return EXIT_BROKEN_PIPE
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _NUMPY_FLOAT_WARNINGS, RuntimeWarning)
+        try:
+            return _main(args)
+        except BrokenPipeError:
+            # The reader of stdout or stderr has gone (`pycaffe layers | head -1`): stop
+            # without a word, as Caffe and other Unix tools do when SIGPIPE ends them.
+            _drop_broken_streams()
+            return EXIT_BROKEN_PIPE
 
 
 def _main(args):

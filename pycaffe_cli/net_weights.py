@@ -88,12 +88,15 @@ def net_to_proto(net, write_diff=False):
 
 
 def save_binaryproto(net, path, write_diff=False):
-    proto = net_to_proto(net, write_diff)
+    """Write the net's weights as a binary NetParameter (atomically); return the bytes."""
+    payload = net_to_proto(net, write_diff).SerializeToString()
     with atomic_write(path, "wb") as stream:
-        stream.write(proto.SerializeToString())
+        stream.write(payload)
+    return payload
 
 
 def save_hdf5(net, path, write_diff=False):
+    """Write the net's weights in Caffe's HDF5 layout (atomically); return the bytes."""
     layers = []
     for entry in net.layer_entries:
         arrays = []
@@ -101,4 +104,4 @@ def save_hdf5(net, path, write_diff=False):
             arrays.append((blob.cpu_data, blob.cpu_diff if write_diff else None,
                            net.param_entries[net_param_id].owner < 0))
         layers.append((entry.name, arrays))
-    write_hdf5_weights(path, layers, write_diff)
+    return write_hdf5_weights(path, layers, write_diff)

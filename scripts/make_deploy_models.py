@@ -28,6 +28,8 @@ Usage: scripts/make_deploy_models.py [--out-dir models]
 import argparse
 import os
 
+from pycaffe_cli.io.files import atomic_write
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -228,7 +230,7 @@ def write_models(out_dir):
     for name, (build, source) in MODELS.items():
         os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         path = os.path.join(out_dir, name, "deploy.prototxt")
-        with open(path, "w") as f:
+        with atomic_write(path, "w") as f:
             f.write(f"# {source}.\n# Written by scripts/make_deploy_models.py; layer names "
                     "match the published weights.\n" + build())
         paths.append(path)

@@ -24,6 +24,7 @@ from PIL import Image, ImageDraw
 
 from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.data.image_datum import DatumWriter
+from pycaffe_cli.io.files import atomic_write
 from pycaffe_cli.log import LOG, run_script
 from pycaffe_cli.proto import caffe_pb2
 
@@ -191,7 +192,7 @@ def write_lmdb(path, images, labels, backend):
 def write_idx(path, array, magic):
     """An IDX file (MNIST's format): big-endian magic, dimensions, then the uint8 data."""
     header = np.array([magic, *array.shape], ">u4").tobytes()
-    with open(path, "wb") as stream:
+    with atomic_write(path, "wb") as stream:
         stream.write(header + np.ascontiguousarray(array, np.uint8).tobytes())
 
 

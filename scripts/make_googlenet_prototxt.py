@@ -7,6 +7,8 @@ prototxt. Layer names follow the BVLC GoogLeNet model's, so its weights load by 
 """
 import argparse
 
+from pycaffe_cli.io.files import atomic_write
+
 # module: (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection)
 INCEPTION = {
     "3a": (64, 96, 128, 16, 32, 32), "3b": (128, 128, 192, 32, 96, 64),
@@ -89,7 +91,7 @@ def main():
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--out", default="models/googlenet/deploy.prototxt")
     args = parser.parse_args()
-    with open(args.out, "w") as f:
+    with atomic_write(args.out, "w") as f:
         f.write(googlenet(args.batch))
 
 

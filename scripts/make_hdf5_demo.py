@@ -8,8 +8,10 @@ downloaded; the same seed gives the same files.
 import argparse
 import os
 
-import h5py
 import numpy as np
+
+from pycaffe_cli.io.files import atomic_write
+from pycaffe_cli.io.hdf5_image import write_hdf5_atomically
 
 CLASSES = 3
 FEATURES = 16
@@ -31,10 +33,12 @@ def lift(points, projection):
 
 def write_split(folder, name, data, labels):
     path = os.path.join(folder, f"{name}.h5")
-    with h5py.File(path, "w") as f:
-        f.create_dataset("data", data=data)
-        f.create_dataset("label", data=labels.astype(np.float32))
-    with open(os.path.join(folder, f"{name}.txt"), "w") as f:
+
+    def fill(handle):
+        handle.create_dataset("data", data=data)
+        handle.create_dataset("label", data=labels.astype(np.float32))
+    write_hdf5_atomically(path, fill)
+    with atomic_write(os.path.join(folder, f"{name}.txt"), "w") as f:
         f.write(path + "\n")
 
 

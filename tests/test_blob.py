@@ -63,3 +63,25 @@ def test_proto_round_trip_and_legacy_shape():
     np.testing.assert_array_equal(target.data, [[1, 2, 3], [4, 5, 6]])
     with pytest.raises(CaffeError, match="shape mismatch"):
         Blob((3, 2)).from_proto(legacy, reshape=False)
+
+
+@pytest.mark.parametrize("shape, error, message", [
+    ((1.5, 2), TypeError, r"blob dimensions must be integers, got 1.5 in \(1.5, 2\)"),
+    ((2.0,), TypeError, "got 2.0"),
+    ((True, 2), TypeError, "got True"),
+    ((np.float32(3),), TypeError, "got np.float32"),
+    (("3",), TypeError, "got '3'"),
+    ((2, -3), CaffeError, r"blob shape \(2, -3\) has a negative dimension -3"),
+    ((2, -3), ValueError, "negative dimension -3"),
+])
+def test_reshape_refuses_dimensions_that_are_not_sizes(shape, error, message):
+    blob = Blob((4,))
+    with pytest.raises(error, match=message):
+        blob.reshape(shape)
+    assert blob.shape == (4,)
+
+
+def test_reshape_takes_numpy_integers():
+    blob = Blob((np.int64(2), np.int32(3)))
+    blob.reshape(np.array([3, 1]))
+    assert blob.shape == (3, 1) and all(type(d) is int for d in blob.shape)

@@ -17,9 +17,12 @@ treated as grey (BVLC returned two channels), CMYK/YCbCr/LAB/HSV files are conve
 returned a stack of frames).
 """
 import os
+import stat
 
 import numpy as np
 from PIL import Image
+
+from pycaffe_cli.io.input_files import IMAGE_LIMIT, file_problem, path_problem, shown
 
 _GRAY_WEIGHTS = (0.2125, 0.7154, 0.0721)  # skimage.color.rgb2gray (ITU-R BT.709 luma)
 _AS_IS_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F", "RGB", "RGBA")
@@ -38,8 +41,14 @@ def load_image(filename, color=True):
 
     Raises:
         FileNotFoundError: (and other OSErrors naming the file) the file cannot be opened.
-        OSError: the file is not an image Pillow can decode; the message names the file.
+        OSError: the path is not a regular file (a pipe, a device, a folder: refused without
+            being opened, as the command line refuses them) or larger than 1 GiB, or the file
+            is not an image Pillow can decode; the message names the file.
+        ValueError: a path that can name no file (a NUL byte, too long).
+        TypeError: ``filename`` is neither a path nor a file object, or ``color`` not a bool.
     """
+    if not isinstance(color, (bool, np.bool_, int)):
+        raise TypeError(f"color must be True or False, got {color!r}")
     pixels = _read_pixels(filename)
     if pixels.ndim == 3 and pixels.shape[2] == 2:
         pixels = _gray_alpha(pixels, color)
@@ -63,18 +72,47 @@ def _describe(filename):
     return repr(getattr(filename, "name", filename))
 
 
+def _open(filename):
+    """A binary file object for ``filename``: a path is opened only when it names a regular
+    file of at most IMAGE_LIMIT bytes (opening a FIFO would block, a device never ends)."""
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        if not callable(getattr(filename, "read", None)):
+            raise TypeError(f"filename must be a path or a binary file object, got "
+                            f"{type(filename).__name__}")
+        return filename
+    problem = path_problem(filename)
+    if problem:
+        raise ValueError(f"cannot read image file '{shown(filename)}': {problem}")
+    os.stat(filename)   # a missing or unreachable file: FileNotFoundError etc. naming it
+    problem = file_problem(filename, IMAGE_LIMIT)
+    if problem:
+        raise OSError(f"cannot read image file '{shown(filename)}': {problem}")
+    fd = os.open(filename, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):   # swapped for a pipe since the look
+        os.close(fd)
+        raise OSError(f"cannot read image file '{shown(filename)}': not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def _read_pixels(filename):
     """The first frame of the file as imageio's Pillow plugin hands it to scikit-image."""
+    stream = _open(filename)
     try:
-        with Image.open(filename) as image:
+        with Image.open(stream) as image:
             image.load()
             return np.asarray(_imageio_mode(image))
+    except Image.UnidentifiedImageError:
+        raise OSError(f"cannot read image file {_describe(filename)}: not an image file "
+                      "Pillow can decode") from None
     except OSError as error:
         if error.filename is not None:
             raise
         raise OSError(f"cannot read image file {_describe(filename)}: {error}") from error
     except (ValueError, SyntaxError, Image.DecompressionBombError) as error:
         raise OSError(f"cannot read image file {_describe(filename)}: {error}") from error
+    finally:
+        if stream is not filename:
+            stream.close()
 
 
 def _imageio_mode(image):

@@ -15,6 +15,7 @@ an ulp. Interpolation orders 0 (nearest) and 1 (linear) are built in; orders 2 t
 B-spline prefiltering and are handed to scipy when it is installed.
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -151,6 +152,39 @@ def _store(values, dtype):
         rounded = np.trunc(np.where(values > 0, values + 0.5, values - 0.5))
         return np.clip(rounded, info.min, info.max).astype(dtype)
     return values.astype(dtype)
+
+
+def check_dims(value, name):
+    """``value`` as (height, width): two integers > 0 (floats with an integral value, such as
+    computed sizes, too).
+
+    Raises:
+        ValueError: naming ``name`` and the value (a size of 0 or less, 1.5, one entry or
+            three, a string).
+    """
+    try:
+        dims = tuple(value)
+    except TypeError:
+        dims = ()
+    if len(dims) != 2 or not all(_positive_integer(size) for size in dims):
+        raise ValueError(f"{name} must be (height, width), two integers > 0, got {value!r}")
+    return tuple(int(size) for size in dims)
+
+
+def _positive_integer(value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return False
+    if isinstance(value, numbers.Integral):
+        return value > 0
+    return math.isfinite(value) and float(value).is_integer() and value > 0
+
+
+def check_image(image, name):
+    """An image to resize or crop has a height and a width of at least one pixel (and
+    channels, when it has a third axis); ValueError naming ``name`` and the shape."""
+    if image.ndim < 2 or image.size == 0:
+        raise ValueError(f"{name} must be an (H, W, K) image of at least 1x1 pixels, got an "
+                         f"array of shape {image.shape}")
 
 
 def _check_order(order):

@@ -8,7 +8,8 @@ and scipy: ``load_image`` gives what ``skimage.io.imread`` + ``img_as_float`` gi
 import numpy as np
 
 from caffe._image_file import load_image
-from caffe._resize import ndimage_zoom, skimage_resize
+from caffe._arguments import check_input_shape, check_order, check_scale
+from caffe._resize import check_dims, check_image, ndimage_zoom, skimage_resize
 from pycaffe_cli.data.image import decode_image
 from pycaffe_cli.io.blob_proto import blob_proto_shape, blob_proto_to_array, fill_blob_proto
 from pycaffe_cli.proto import caffe_pb2
@@ -139,9 +140,13 @@ def resize_image(im, new_dims, interp_order=1):
 
     Returns:
         (height, width, K) float32 array.
+
+    Raises:
+        ValueError: ``new_dims`` is not two integers > 0, or ``im`` has no pixels.
     """
     im = np.asarray(im)
-    new_dims = tuple(int(size) for size in new_dims)
+    new_dims = check_dims(new_dims, "new_dims")
+    check_image(im, "im")
     if im.shape[-1] not in (1, 3):
         factors = tuple(np.array(new_dims, dtype=float) / np.array(im.shape[:2]))
         return ndimage_zoom(im, factors + (1,) * (im.ndim - 2), interp_order).astype(np.float32)
@@ -167,10 +172,15 @@ def oversample(images, crop_dims):
         (10 * len(images), height, width, K) float32 array, image by image.
 
     Raises:
-        ValueError: a crop is larger than the images.
+        ValueError: no images, images of different shapes or not (H, W, K), ``crop_dims``
+            not two integers > 0, or a crop larger than the images.
     """
+    if len(images) == 0:
+        raise ValueError("oversample needs at least one image, got none")
     im_shape = np.asarray(images[0]).shape
-    crop_h, crop_w = (int(size) for size in crop_dims)
+    if len(im_shape) != 3:
+        raise ValueError(f"oversample needs (H, W, K) images, got image 0 of shape {im_shape}")
+    crop_h, crop_w = check_dims(crop_dims, "crop_dims")
     if crop_h > im_shape[0] or crop_w > im_shape[1]:
         raise ValueError(f"crop of {crop_h}x{crop_w} is larger than the {im_shape[0]}x"
                          f"{im_shape[1]} images")
@@ -181,6 +191,10 @@ def oversample(images, crop_dims):
     origins = corners + [centre]
     crops = np.empty((10 * len(images), crop_h, crop_w, im_shape[-1]), dtype=np.float32)
     for number, image in enumerate(images):
+        image = np.asarray(image)
+        if image.shape != im_shape:
+            raise ValueError(f"oversample needs images of one shape: image {number} is "
+                             f"{image.shape}, image 0 {im_shape}")
         first = 10 * number
         for offset, (top, left) in enumerate(origins):
             crops[first + offset] = image[top:top + crop_h, left:left + crop_w, :]
@@ -199,9 +213,18 @@ class Transformer:
     Args:
         inputs: {input blob name: its shape (N, K, H, W)}, e.g.
             ``{'data': net.blobs['data'].data.shape}``.
+
+    Raises:
+        TypeError: ``inputs`` is not a dict; ValueError: a shape holds something other than
+            integers >= 0.
     """
 
     def __init__(self, inputs):
+        if not hasattr(inputs, "items"):
+            raise TypeError(f"inputs must be a dict {{input name: shape}}, got "
+                            f"{type(inputs).__name__}")
+        for in_, shape in inputs.items():
+            check_input_shape(in_, shape)
         self.inputs = inputs
         self.transpose = {}
         self.channel_swap = {}
@@ -217,16 +240,30 @@ class Transformer:
         """Format an (H', W', K) image for input ``in_``; returns a (K, H, W) float32 array.
 
         The caller's array is never modified.
+
+        Raises:
+            ValueError: ``data`` is not an (H', W', K) image, or the input is not (N, K, H, W)
+                with H, W > 0; and the errors of the settings (named with the input).
         """
         self.__check_input(in_)
         caffe_in = np.array(data, dtype=np.float32)
-        in_dims = tuple(self.inputs[in_][2:])
+        in_dims = self._image_dims(in_)
+        if caffe_in.ndim != 3 or 0 in caffe_in.shape[:2]:
+            raise ValueError(f"preprocessing input {in_!r}: data must be an (H, W, K) image of "
+                             f"at least 1x1 pixels, got an array of shape {caffe_in.shape}")
         if caffe_in.shape[:2] != in_dims:
             caffe_in = resize_image(caffe_in, in_dims)
         try:
             return self._apply(in_, caffe_in)
         except ValueError as error:
             raise ValueError(f"preprocessing input {in_!r}: {error}") from error
+
+    def _image_dims(self, in_):
+        shape = tuple(self.inputs[in_])
+        if len(shape) != 4 or 0 in shape[2:]:
+            raise ValueError(f"preprocessing input {in_!r}: its shape {shape} is not (N, K, H, "
+                             "W) with H, W > 0")
+        return shape[2:]
 
     def _apply(self, in_, caffe_in):
         transpose = self.transpose.get(in_)
@@ -263,12 +300,12 @@ class Transformer:
         """Axis order taking the image to the input's layout, e.g. (2, 0, 1) for HWK -> KHW.
 
         Raises:
-            ValueError: ``order`` does not have one entry per image axis.
+            ValueError: ``order`` is not a permutation of the image's axes.
         """
         self.__check_input(in_)
-        if len(order) != len(self.inputs[in_]) - 1:
-            raise ValueError(f"transpose order {tuple(order)} for input {in_!r} needs "
-                             f"{len(self.inputs[in_]) - 1} axes, as the input has")
+        axes = len(self.inputs[in_]) - 1
+        check_order(order, range(axes), f"transpose order {tuple(order)} for input {in_!r}",
+                    permutation=True)
         self.transpose[in_] = order
 
     def set_channel_swap(self, in_, order):
@@ -276,19 +313,22 @@ class Transformer:
         RGB -> BGR.
 
         Raises:
-            ValueError: ``order`` does not have one entry per input channel.
+            ValueError: ``order`` does not have one entry, a channel index, per input channel.
         """
         self.__check_input(in_)
-        if len(order) != self.inputs[in_][1]:
-            raise ValueError(f"channel swap {tuple(order)} for input {in_!r} needs "
-                             f"{self.inputs[in_][1]} channels, as the input has")
+        check_order(order, range(self.inputs[in_][1]),
+                    f"channel swap {tuple(order)} for input {in_!r}")
         self.channel_swap[in_] = order
 
     def set_raw_scale(self, in_, scale):
         """Scale applied before the mean: 255 for models trained on [0, 255] pixels fed
-        images from ``load_image`` (which are in [0, 1])."""
+        images from ``load_image`` (which are in [0, 1]).
+
+        Raises:
+            TypeError: ``scale`` is not a number; ValueError: it is NaN or infinite.
+        """
         self.__check_input(in_)
-        self.raw_scale[in_] = scale
+        self.raw_scale[in_] = check_scale(scale, f"raw scale for input {in_!r}")
 
     def set_mean(self, in_, mean):
         """Mean to subtract: (K,) per channel, or (K, H, W) / (H, W) per pixel.
@@ -315,9 +355,9 @@ class Transformer:
         self.mean[in_] = mean
 
     def set_input_scale(self, in_, scale):
-        """Scale applied last, after the mean subtraction."""
+        """Scale applied last, after the mean subtraction (errors: as set_raw_scale)."""
         self.__check_input(in_)
-        self.input_scale[in_] = scale
+        self.input_scale[in_] = check_scale(scale, f"input scale for input {in_!r}")
 
 
 def _resized_mean(mean, in_shape, in_):

@@ -50,14 +50,14 @@ def compute_mean(path, backend=caffe_pb2.DataParameter.LMDB):
         CaffeError: an empty or unreadable database, or a Datum whose size differs from the
             first one's channels x height x width.
     """
-    from pycaffe_cli.data.image_datum import datum_values, decode_datum_native
+    from pycaffe_cli.data.image_datum import datum_values
     database = open_db(path, backend, "r")
     try:
         cursor = database.cursor()
         if not cursor.valid():
             raise CaffeError(f"compute_image_mean: database '{path}' holds no Datums")
-        first = _parse(cursor.value(), path, cursor.key())
-        if decode_datum_native(first):
+        first, encoded = _read_datum(cursor, path)
+        if encoded:
             LOG.info("Decoding Datum")
         shape = (1, first.channels, first.height, first.width)
         data_size = first.channels * first.height * first.width
@@ -65,8 +65,7 @@ def compute_mean(path, backend=caffe_pb2.DataParameter.LMDB):
         LOG.info("Starting Iteration")
         count, batch = 0, []
         while cursor.valid():
-            datum = _parse(cursor.value(), path, cursor.key())
-            decode_datum_native(datum)
+            datum = _read_datum(cursor, path)[0]
             values = datum_values(datum)
             if values.size != data_size:
                 raise CaffeError(f"compute_image_mean: {path}: Datum "
@@ -80,7 +79,7 @@ def compute_mean(path, backend=caffe_pb2.DataParameter.LMDB):
                 batch = []
             if count % _LOG_EVERY == 0:
                 LOG.info(f"Processed {count} files.")
-            cursor.next()
+            _next(cursor)
     finally:
         database.close()
     if batch:
@@ -94,14 +93,33 @@ def _sum(batch):
     return np.stack(batch).sum(axis=0, dtype=np.float64)
 
 
-def _parse(value, path, key):
+def _next(cursor):
+    """Move on; a damaged database's error says after which record it stopped."""
+    key = cursor.key()
+    try:
+        cursor.next()
+    except CaffeError as error:
+        raise CaffeError(f"compute_image_mean: {error} (after record "
+                         f"'{key.decode(errors='replace')}')") from None
+
+
+def _read_datum(cursor, path):
+    """The raw Datum at the cursor (decoded if it was encoded) and whether it was encoded;
+    a damaged record is an error naming the database and the key."""
+    from pycaffe_cli.data.image_datum import decode_datum_native
+    key = cursor.key().decode(errors="replace")
     datum = caffe_pb2.Datum()
     try:
-        datum.ParseFromString(value)
-    except Exception:  # protobuf's DecodeError; other parse failures are the same mistake
-        raise CaffeError(f"compute_image_mean: {path}: the value at key "
-                         f"'{key.decode(errors='replace')}' is not a Datum") from None
-    return datum
+        value = cursor.value()
+        try:
+            datum.ParseFromString(value)
+        except Exception:  # protobuf's DecodeError; other parse failures are the same mistake
+            raise CaffeError("the value is not a Datum") from None
+        return datum, decode_datum_native(datum)
+    except CaffeError as error:
+        message = str(error)
+        where = "" if path in message else f"{path}: "
+        raise CaffeError(f"compute_image_mean: {where}record '{key}': {message}") from None
 
 
 def mean_blob_proto(mean):

@@ -13,7 +13,15 @@ every 1000 images. Choices where Caffe leaves things undefined or crashes:
 - Images that cannot be read are skipped with a warning, as Caffe does, and counted at the
   end; their line index stays unused in the keys.
 - ``--check_size`` with encoded images is refused up front (Caffe fails on the 2nd image).
+- A negative ``--resize_height`` / ``--resize_width`` is refused (Caffe reads it as 0: no
+  resize).
+- The database is written under a temporary name beside DB_NAME and renamed when complete
+  (data/db.py's NewDatabase), so a failed run (a full disk, a read-only folder, an image of
+  the wrong size under ``--check_size``) leaves none behind; an existing DB_NAME is refused
+  before any image is read, as Caffe's mkdir CHECK refuses it.
 """
+import click
+
 from pycaffe_cli.backend import rng, set_random_seed
 from pycaffe_cli.commands import subcommand
 from pycaffe_cli.data.db import backend_from_name
@@ -28,9 +36,10 @@ TOOL_FLAGS = {
                     help="Randomly shuffle the order of images and their labels."),
     "backend": dict(default="lmdb", show_default=True, metavar="lmdb|leveldb",
                     help="The backend {lmdb, leveldb} for storing the result."),
-    "resize_width": dict(default=0, type=int, show_default=True,
+    # Caffe resizes only when both are > 0 and takes a negative size as 0; refused here
+    "resize_width": dict(default=0, type=click.IntRange(min=0), show_default=True,
                          help="Width images are resized to (0: keep; needs resize_height)."),
-    "resize_height": dict(default=0, type=int, show_default=True,
+    "resize_height": dict(default=0, type=click.IntRange(min=0), show_default=True,
                           help="Height images are resized to (0: keep; needs resize_width)."),
     "check_size": dict(is_flag=True, default=False,
                        help="When this option is on, check that all the datum have the "
@@ -71,7 +80,7 @@ def convert_imageset(rootfolder, listfile, db_name, gray, shuffle, backend, resi
     if encoded and check_size:
         raise CaffeError("convert_imageset: --check_size cannot check encoded images (their "
                          "sizes are not known until decoded); drop one of the two flags")
-    height, width = max(0, resize_height), max(0, resize_width)
+    height, width = resize_height, resize_width
     if (height > 0) != (width > 0):
         LOG.warning("convert_imageset: images are resized only when both --resize_height "
                     "and --resize_width are set; keeping the original sizes")
@@ -116,7 +125,7 @@ def _write_images(rootfolder, lines, db_name, db_backend, height, width, is_colo
     from pycaffe_cli.data.image_datum import DatumWriter, read_image_to_datum
     data_size = None
     skipped = 0
-    with DatumWriter(db_name, db_backend) as writer:
+    with DatumWriter(db_name, db_backend, tool="convert_imageset") as writer:
         for line_id, (filename, label) in enumerate(lines):
             encoding = encode_type
             if encoded and not encoding:

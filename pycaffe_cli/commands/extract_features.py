@@ -12,14 +12,11 @@ written under temporary names beside their targets and renamed only once every b
 written, so a failed or interrupted run leaves no partial database. DB_TYPE leveldb needs the
 optional ``plyvel`` package (without it: a one-line error before anything is written).
 """
-import os
-import shutil
-
 import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.commands import subcommand
-from pycaffe_cli.data.db import backend_from_name, open_db
+from pycaffe_cli.data.db import NewDatabase, backend_from_name, check_new_database
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
@@ -100,7 +97,7 @@ def _check_datasets(blob_names, dataset_names):
                              f'"{",".join(dataset_names)}"')
         if path in dataset_names[:i]:
             raise CaffeError(f"extract_features: dataset '{path}' is named twice")
-        _check_new(path)
+        check_new_database(path, "extract_features: ")
 
 
 def _check_blobs(net, blob_names, proto_file):
@@ -118,30 +115,28 @@ def write_features(net, blobs, blob_names, paths, db_backend, batches):
     """Run ``batches`` forward passes; store each blob's items in a new database per path.
 
     Every database is written under a temporary name and renamed to its path at the end;
-    on any error (or interruption) the temporary databases are removed.
+    on any error (or interruption) the temporary databases are removed (db.NewDatabase).
     """
-    for path in paths:
-        _check_new(path)
-    temporaries = [_temporary_name(path) for path in paths]
     writers = []
     try:
-        for path, temporary in zip(paths, temporaries):
+        for path in paths:
             LOG.info(f"Opening dataset {path}")
-            writers.append(_FeatureDB(temporary, db_backend))
+            writers.append(_FeatureDB(path, db_backend))
         LOG.error("Extacting Features")  # sic: Caffe's spelling, which log parsers match
         for _ in range(batches):
             net.forward()
             for writer, blob, name in zip(writers, blobs, blob_names):
                 _put_items(writer, blob, name)
         for writer, name in zip(writers, blob_names):
-            writer.finish()
+            writer.db.close()
             _log_count(writer.count, name)
-        _move_into_place(temporaries, paths)
+        for writer in writers:
+            writer.db.check_new()  # something may have appeared there while we ran
+        for writer in writers:
+            writer.db.move_into_place()
     except BaseException:
         for writer in writers:
-            writer.close()
-        for temporary in temporaries:
-            shutil.rmtree(temporary, ignore_errors=True)
+            writer.db.discard()
         raise
 
 
@@ -149,30 +144,17 @@ class _FeatureDB:
     """A new database filled in transactions of COMMIT_EVERY puts, as Caffe's tool commits."""
 
     def __init__(self, path, db_backend):
-        self._db = open_db(path, db_backend, "new")
-        self._txn = self._db.transaction()
+        self.db = NewDatabase(path, db_backend, tool="extract_features")
         self.count = 0
 
     def put(self, datum):
         """Store ``datum`` under the next running index; True when that ended a commit."""
-        self._txn.put(f"{self.count:010d}", datum.SerializeToString())
+        self.db.put(f"{self.count:010d}", datum.SerializeToString())
         self.count += 1
         if self.count % COMMIT_EVERY:
             return False
-        self._txn.commit()
-        self._txn = self._db.transaction()
+        self.db.commit()
         return True
-
-    def finish(self):
-        """Commit what is left and close."""
-        if self.count % COMMIT_EVERY:
-            self._txn.commit()
-        self.close()
-
-    def close(self):
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
 
 def _put_items(writer, blob, name):
@@ -190,24 +172,3 @@ def _put_items(writer, blob, name):
 
 def _log_count(count, name):
     LOG.error(f"Extracted features of {count} query images for feature blob {name}")
-
-
-def _check_new(path):
-    if os.path.lexists(path):
-        raise CaffeError(f"extract_features: cannot create database '{path}': it already "
-                         "exists")
-
-
-def _temporary_name(path):
-    folder, base = os.path.split(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CaffeError(f"extract_features: cannot create database '{path}': no folder "
-                         f"'{folder}'")
-    return os.path.join(folder, f".{base}.partial-{os.getpid()}")
-
-
-def _move_into_place(temporaries, paths):
-    for path in paths:
-        _check_new(path)  # something may have appeared there while we ran
-    for temporary, path in zip(temporaries, paths):
-        os.rename(temporary, path)

@@ -7,6 +7,7 @@ import numpy as np
 
 from pycaffe_cli.commands import split_list, subcommand
 from pycaffe_cli.commands.common import require, use_single_device
+from pycaffe_cli.commands.non_finite import NonFiniteWatch
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 
@@ -49,8 +50,11 @@ def _score(net, runner, iterations):
     loss, per-element score sums, their outputs."""
     loss = np.float32(0)
     scores, score_output = None, []
+    watch = NonFiniteWatch(net, "Testing")
     for i in range(iterations):
-        loss += np.float32(runner.forward())
+        batch_loss = np.float32(runner.forward())
+        watch.check(batch_loss, f"Batch {i}")
+        loss += batch_loss
         values = []
         for j, blob_id in enumerate(net.output_blob_indices):
             entry = net.blob_entries[blob_id]

@@ -14,6 +14,7 @@ import time as clock
 from pycaffe_cli import backend
 from pycaffe_cli.commands import split_list, subcommand
 from pycaffe_cli.commands.common import net_from_file, require, use_single_device
+from pycaffe_cli.commands.non_finite import NonFiniteWatch
 from pycaffe_cli.log import LOG
 
 
@@ -40,7 +41,9 @@ def time(model, iterations, phase, batch, gpu, level, stage, inference_plan):
         LOG.info(plan.summary() + "; backward is not run (the net needs none)")
     # A clean pass first, so allocations are done before the clock starts.
     LOG.info("Performing Forward")
-    LOG.info(f"Initial loss: {(plan or net).forward():g}")
+    loss = (plan or net).forward()
+    LOG.info(f"Initial loss: {loss:g}")
+    NonFiniteWatch(net, "Timing").check(loss, "Initial forward pass")
     if plan is None:
         LOG.info("Performing Backward")
         net.backward()

@@ -6,13 +6,20 @@
     cursor.seek_to_first(); cursor.valid(); cursor.key(); cursor.value(); cursor.next()
     txn.put(key, value); txn.commit()
 
-LevelDB needs the optional ``plyvel`` package; without it the error says so.
+An LMDB is read by pycaffe's own page reader (lmdb_pages.py: a damaged file is a CaffeError,
+where liblmdb can crash the process) and written through py-lmdb. ``NewDatabase`` makes a
+database under a temporary name and renames it into place once complete, so a failed run
+(disk full, read-only folder, a bad image) leaves no half-written database. LevelDB needs the
+optional ``plyvel`` package; without it the error says so.
 """
+import contextlib
 import errno
 import os
+import shutil
 
 import lmdb
 
+from pycaffe_cli.data.lmdb_pages import LMDBPages
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import dir_problem, file_problem, shown
 from pycaffe_cli.proto import caffe_pb2
@@ -38,29 +45,29 @@ def open_db(path, backend=caffe_pb2.DataParameter.LMDB, mode="r"):
     """
     if backend == caffe_pb2.DataParameter.LEVELDB:
         return LevelDB(path, mode)
-    return LMDB(path, mode)
+    return _open_lmdb(path, mode)
 
 
-class LMDB:
-    """An LMDB environment holding one database, as Caffe's convert tools write it."""
+def _open_lmdb(path, mode):
+    """An LMDB as Caffe's convert tools write it: its page reader, or a writable LMDBEnv."""
+    if mode != "r":
+        return LMDBEnv(path, mode)
+    _check_folder(path, "LMDB")
+    problem = file_problem(os.path.join(path, "data.mdb"))
+    if problem:   # opening a pipe named data.mdb would block
+        raise CaffeError(f"cannot open LMDB '{shown(path)}': data.mdb: {problem}")
+    return LMDBPages(path)
+
+
+class LMDBEnv:
+    """An LMDB environment open for writing its one database."""
 
     def __init__(self, path, mode):
         self.path = path
-        if mode == "r":
-            _check_folder(path, "LMDB")
-            problem = file_problem(os.path.join(path, "data.mdb"))
-            if problem:   # opening a pipe named data.mdb would block
-                raise CaffeError(f"cannot open LMDB '{shown(path)}': data.mdb: {problem}")
-            self._env = _open_env(path, readonly=True, lock=False, readahead=False,
-                                  max_readers=256)
-        else:
-            if mode == "new" and os.path.exists(path):
-                raise CaffeError(f"cannot create LMDB '{path}': it already exists")
-            os.makedirs(path, exist_ok=True)
-            self._env = _open_env(path, map_size=_INITIAL_MAP_SIZE)
-
-    def cursor(self):
-        return LMDBCursor(self._env)
+        if mode == "new" and os.path.exists(path):
+            raise CaffeError(f"cannot create LMDB '{path}': it already exists")
+        os.makedirs(path, exist_ok=True)
+        self._env = _open_env(path, map_size=_INITIAL_MAP_SIZE)
 
     def transaction(self):
         return LMDBTransaction(self._env)
@@ -88,35 +95,6 @@ def _open_env(path, **options):
         raise CaffeError(f"cannot open LMDB '{path}': {error}") from None
 
 
-class LMDBCursor:
-    """A read cursor that stays at a record until ``next()``."""
-
-    def __init__(self, env):
-        self._txn = env.begin(buffers=False)
-        self._cursor = self._txn.cursor()
-        self._valid = self._cursor.first()
-
-    def seek_to_first(self):
-        self._valid = self._cursor.first()
-
-    def seek(self, key):
-        """Move to ``key`` (bytes); False if the database has no such key."""
-        self._valid = self._cursor.set_key(key)
-        return self._valid
-
-    def next(self):
-        self._valid = self._cursor.next()
-
-    def valid(self):
-        return self._valid
-
-    def key(self):
-        return self._cursor.key()
-
-    def value(self):
-        return self._cursor.value()
-
-
 class LMDBTransaction:
     """Buffered puts, committed together; the map grows when it fills (Caffe uses 1 TB)."""
 
@@ -137,6 +115,123 @@ class LMDBTransaction:
             except lmdb.MapFullError:
                 self._env.set_mapsize(self._env.info()["map_size"] * 2)
         self._pending = []
+
+
+class NewDatabase:
+    """A database being made at ``path``, written under a temporary name in the same folder
+    and renamed to ``path`` once complete, so that a failed or interrupted run leaves no
+    half-written database. ``path`` must not exist yet (Caffe's ``mkdir`` CHECK). Any failure
+    to write (a read-only folder, a full disk) is one CaffeError naming ``path``.
+
+    As a context manager: ``finish()`` at the end of the block, ``discard()`` on an error.
+
+    Args:
+        path: the database to make.
+        backend: caffe.DataParameter.LMDB or LEVELDB.
+        tool: the command's name, put before error messages ("convert_imageset: ...").
+    """
+
+    def __init__(self, path, backend=caffe_pb2.DataParameter.LMDB, tool=""):
+        self.path = path
+        self._prefix = f"{tool}: " if tool else ""
+        check_new_database(path, self._prefix)
+        folder, base = os.path.split(os.path.abspath(path))
+        self.temporary = os.path.join(folder, f".{base}.partial-{os.getpid()}")
+        self._db = self._txn = None
+        shutil.rmtree(self.temporary, ignore_errors=True)   # left by a killed run with our pid
+        try:
+            with self._writing("create"):
+                self._db = open_db(self.temporary, backend, "new")
+                self._txn = self._db.transaction()
+        except CaffeError as error:   # open_db's message names the temporary folder
+            self.discard()
+            message = str(error).replace(self.temporary, shown(path))
+            raise CaffeError(f"{self._prefix}{message}") from None
+        except BaseException:
+            self.discard()
+            raise
+
+    def check_new(self):
+        """Refuse a ``path`` that appeared since (see check_new_database)."""
+        check_new_database(self.path, self._prefix)
+
+    def put(self, key, value):
+        """Add a record to the pending commit (str or bytes key and value)."""
+        with self._writing("write"):
+            self._txn.put(key, value)
+
+    def commit(self):
+        with self._writing("write"):
+            self._txn.commit()
+        self._txn = self._db.transaction()
+
+    def close(self):
+        """Commit what is pending and close; the database keeps its temporary name."""
+        self.commit()
+        db, self._db = self._db, None
+        with self._writing("write"):
+            db.close()
+
+    def move_into_place(self):
+        """Rename the closed database to ``path`` (refused if something appeared there)."""
+        self.check_new()
+        with self._writing("create"):
+            os.rename(self.temporary, self.path)
+
+    def finish(self):
+        self.close()
+        self.move_into_place()
+
+    def discard(self):
+        """Close without committing and remove the temporary database."""
+        db, self._db = self._db, None
+        if db is not None:
+            try:
+                db.close()
+            except (OSError, lmdb.Error):
+                pass   # it is being removed anyway
+        shutil.rmtree(self.temporary, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if kind is None:
+            try:
+                self.finish()
+            except BaseException:
+                self.discard()
+                raise
+        else:
+            self.discard()
+
+    @contextlib.contextmanager
+    def _writing(self, action):
+        try:
+            yield
+        except (OSError, lmdb.Error) as error:
+            raise CaffeError(f"{self._prefix}cannot {action} database '{shown(self.path)}': "
+                             f"{_write_problem(error)}") from None
+
+
+def check_new_database(path, prefix=""):
+    """Refuse to make a database at an existing ``path``, or where its folder is missing or
+    is not a folder; ``prefix`` goes before the message ("convert_imageset: ")."""
+    where = f"{prefix}cannot create database '{shown(path)}'"
+    if os.path.lexists(path):
+        raise CaffeError(f"{where}: it already exists")
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = dir_problem(folder)
+    if problem:
+        raise CaffeError(f"{where}: folder '{shown(folder)}': {problem}")
+
+
+def _write_problem(error):
+    if isinstance(error, lmdb.MapFullError):
+        return "the LMDB map is full (MDB_MAP_FULL)"
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return str(error)
 
 
 class LevelDB:

@@ -15,7 +15,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from pycaffe_cli.data.db import open_db
+from pycaffe_cli.data.db import NewDatabase
 from pycaffe_cli.data.image import decode_image, read_image
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes
@@ -118,39 +118,43 @@ def datum_values(datum):
 
 class DatumWriter:
     """Put Datums into a new database, committing every ``commit_every`` as Caffe's tools do
-    (each commit logged "Processed N files.")."""
+    (each commit logged "Processed N files."). The database is written under a temporary
+    name and renamed to ``path`` when the ``with`` block ends without an error; on an error
+    it is removed (db.NewDatabase)."""
 
     def __init__(self, path, backend=caffe_pb2.DataParameter.LMDB, commit_every=1000,
-                 log_progress=True):
-        self._db = open_db(path, backend, "new")
-        self._txn = self._db.transaction()
+                 log_progress=True, tool=""):
+        self._db = NewDatabase(path, backend, tool)
         self._commit_every = commit_every
         self._log = log_progress
         self.count = 0
 
     def put(self, key, datum):
-        self._txn.put(key, datum.SerializeToString())
+        self._db.put(key, datum.SerializeToString())
         self.count += 1
         if self.count % self._commit_every == 0:
             self._commit()
 
     def _commit(self):
-        self._txn.commit()
-        self._txn = self._db.transaction()
+        self._db.commit()
         if self._log:
             LOG.info(f"Processed {self.count} files.")
 
     def close(self):
-        """Commit the last batch and close the database."""
+        """Commit the last batch and move the finished database into place."""
         if self.count % self._commit_every:
             self._commit()
-        self._db.close()
+        self._db.finish()
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, trace):
         if kind is None:
-            self.close()
+            try:
+                self.close()
+            except BaseException:
+                self._db.discard()
+                raise
         else:
-            self._db.close()
+            self._db.discard()

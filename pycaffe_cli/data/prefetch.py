@@ -90,7 +90,10 @@ class Prefetcher:
         if self._thread is None:
             return
         self._stop.set()
-        self._thread.join()
+        # The garbage collector may drop the layer (and so call this) on the thread itself,
+        # which then ends at its next look at the stop flag.
+        if self._thread is not threading.current_thread():
+            self._thread.join()
         self._thread = None
         while True:
             try:

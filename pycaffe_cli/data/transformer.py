@@ -76,6 +76,11 @@ class DataTransformer:
         if mean.ndim != 3:
             raise self._error(f"mean file {path!r} must hold a (1, C, H, W) blob, got shape "
                               f"{mean.shape}")
+        finite = np.isfinite(mean)
+        if not finite.all():   # Caffe subtracts it without a word; every pixel becomes NaN
+            LOG.warning(f'layer "{self.layer_name}": mean file {path!r} holds '
+                        f"{mean.size - int(finite.sum())} NaN or inf values of {mean.size}; "
+                        "the layer's output will be NaN or inf there")
         return np.ascontiguousarray(mean, np.float32)
 
     @property

@@ -3,14 +3,21 @@
 Every file pycaffe writes (snapshots, weights, prototxts, mean files) goes through
 ``atomic_write`` or ``atomic_output_path``: the bytes go to a temporary file in the target's
 folder, are flushed and fsynced, and only then ``os.replace`` puts the file in place. A run
-killed half way leaves either the old file or the new one, never a torn mix.
+killed half way leaves either the old file or the new one, never a torn mix. A writer that
+keeps its file open for a whole run (HDF5Output) gets a new file renamed into place at once
+(``open_new_in_place``).
+
+Only a regular file (or a link to one: ``os.replace`` replaces the link, never its target) is
+ever replaced: a folder, a named pipe, a socket or a device at the target (``/dev/null``,
+which root could otherwise turn into a plain file) is refused before anything is written.
+The temporary file is created exclusively (``mkstemp``), so it is never an existing file.
 """
 import contextlib
 import os
 import tempfile
 
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.io.input_files import read_input_bytes
+from pycaffe_cli.io.input_files import kind_problem, path_problem, read_input_bytes, shown
 
 
 def _current_umask():
@@ -54,8 +61,30 @@ def _cannot_write(path, error):
     return CaffeError(f"cannot write '{path}': {reason}")
 
 
+def output_problem(path):
+    """Why a writer must not replace what stands at ``path``, or None when it may: nothing
+    there (a dangling link included), a regular file, or a link to one."""
+    problem = path_problem(path)
+    if problem:
+        return problem
+    try:
+        info = os.stat(path)
+    except OSError:     # nothing there, or nothing stat can see: the write itself reports it
+        return None
+    return kind_problem(info.st_mode)
+
+
+def check_output_target(path):
+    """Raise ``CaffeError("cannot write 'path': <reason>")`` unless a writer may replace what
+    stands at ``path`` (see ``output_problem``)."""
+    problem = output_problem(path)
+    if problem:
+        raise CaffeError(f"cannot write '{shown(path)}': {problem}")
+
+
 def _temporary_beside(path):
     """Create an empty temporary file in ``path``'s folder; return (fd, temp path)."""
+    check_output_target(path)
     folder = os.path.dirname(os.path.abspath(path))
     prefix = "." + os.path.basename(path) + "."
     try:
@@ -66,6 +95,7 @@ def _temporary_beside(path):
 
 def _commit(temp_path, path):
     """Give the finished temporary file its final permissions and name."""
+    check_output_target(path)     # again: something else may have appeared there meanwhile
     try:
         os.chmod(temp_path, _final_mode(path))
         os.replace(temp_path, path)
@@ -141,6 +171,31 @@ def atomic_output_path(path):
     except BaseException:
         _discard(temp_path)
         raise
+
+
+def open_new_in_place(path, opener):
+    """For a writer that keeps its file open and appends to it (HDF5Output): make a new,
+    empty file exclusively beside ``path``, open it with ``opener(temp_path)`` and rename it
+    onto ``path`` at once. Nothing that stood at ``path`` is followed or truncated (a link is
+    replaced, not its target). Returns what ``opener`` returned.
+
+    Raises:
+        CaffeError: ``path`` is not a regular file, or cannot be written.
+    """
+    fd, temp_path = _temporary_beside(path)
+    os.close(fd)
+    handle = None
+    try:
+        handle = opener(temp_path)
+        _commit(temp_path, path)
+    except BaseException as error:
+        if handle is not None:
+            handle.close()
+        _discard(temp_path)
+        if isinstance(error, OSError):
+            raise _cannot_write(path, error) from None
+        raise
+    return handle
 
 
 def read_bytes(path, what, limit=None):

@@ -9,7 +9,7 @@ image to ``atomic_write``, whose plain Python writes report ENOSPC as one CaffeE
 import contextlib
 import itertools
 
-from pycaffe_cli.io.files import atomic_write
+from pycaffe_cli.io.files import atomic_write, check_output_target
 
 _NAMES = itertools.count()
 
@@ -49,7 +49,10 @@ def write_hdf5_atomically(path, fill):
     Raises:
         CaffeError: ``path`` cannot be written (missing folder, no permission, disk full);
         the earlier file at ``path``, if any, is left as it was and no temporary file stays.
+        Also when ``path`` is not a regular file (a folder, a pipe, a device): checked
+        before the file is built.
     """
+    check_output_target(path)
     with in_memory_hdf5() as handle:
         fill(handle)
         image = hdf5_bytes(handle)

@@ -91,7 +91,9 @@ def path_problem(path):
     return None
 
 
-def _kind_problem(mode):
+def kind_problem(mode):
+    """Why a file of this ``st_mode`` is not a regular file ("Is a directory, not a regular
+    file", ...), or None for a regular file."""
     for test, kind in _KINDS:
         if test(mode):
             return f"{kind}, not a regular file"
@@ -118,7 +120,7 @@ def file_problem(path, limit=None):
     info, problem = _stat(path)
     if problem:
         return problem
-    return _kind_problem(info.st_mode) or _size_problem(info.st_size, limit)
+    return kind_problem(info.st_mode) or _size_problem(info.st_size, limit)
 
 
 def _stat(path):
@@ -175,7 +177,7 @@ def read_input_bytes(path, what, limit=None):
     with os.fdopen(fd, "rb") as stream:
         try:
             info = os.fstat(fd)
-            problem = _kind_problem(info.st_mode) or _size_problem(info.st_size, limit)
+            problem = kind_problem(info.st_mode) or _size_problem(info.st_size, limit)
             if problem:
                 raise _cannot_read(what, path, problem)
             data = stream.read() if limit is None else stream.read(limit.size + 1)

@@ -140,9 +140,10 @@ def write_blob_proto(path, proto):
     write_binary_proto(path, proto)
 
 
-# --- locating layers in a prototxt, for error messages ------------------------------------
+# --- locating layers and fields in a prototxt, for error messages -------------------------
 _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*|[{}]|[A-Za-z_]\w*|\n')
 _NAME = re.compile(r'\s*:\s*("(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')')
+_FIELD_SEPARATOR = re.compile(r"[ \t]*[:{]")
 _LAYER_BLOCKS = ("layer", "layers")
 
 
@@ -192,4 +193,33 @@ def locate_layer(path, layer_name):
     except CaffeError:
         return str(path)
     line = _find_layer_line(text, layer_name)
+    return f"{path}:{line}" if line else str(path)
+
+
+def _find_field_line(text, field, occurrence):
+    """Line (1-based) of the ``occurrence``-th (0-based) top-level ``field:`` or ``field {``."""
+    depth, seen, line = 0, 0, 1
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token == "\n":
+            line += 1
+        elif token == "{":
+            depth += 1
+        elif token == "}":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and token == field and _FIELD_SEPARATOR.match(text, match.end()):
+            if seen == occurrence:
+                return line
+            seen += 1
+    return None
+
+
+def locate_field(path, field, occurrence=0):
+    """``path:line`` of top-level field ``field`` (its ``occurrence``-th entry, for a repeated
+    field) in the prototxt ``path``, else ``path``: a solver error points at the value."""
+    try:
+        text = read_bytes(path, "solver file", PROTOTXT_LIMIT).decode("utf-8", "replace")
+    except CaffeError:
+        return str(path)
+    line = _find_field_line(text, field, occurrence)
     return f"{path}:{line}" if line else str(path)

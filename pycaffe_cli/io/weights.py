@@ -15,6 +15,7 @@ import numpy as np
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.blob_proto import blob_proto_to_array, fill_blob_proto
 from pycaffe_cli.io.hdf5_image import write_hdf5_atomically
+from pycaffe_cli.io.hdf5_read import H5PY_ERRORS, h5py_detail, read_float32
 from pycaffe_cli.io.input_files import check_input_file, file_problem
 from pycaffe_cli.io.prototxt import read_net_param_binary
 from pycaffe_cli.io.upgrade import upgrade_net
@@ -24,6 +25,7 @@ __all__ = ["fill_blob_proto", "blob_proto_to_array", "read_weights", "is_hdf5_we
            "write_hdf5_weights"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_MAX_PARAM_DIGITS = 4   # a layer has a handful of params; "123456789" would be damage
 
 
 def is_hdf5_weights(path):
@@ -54,8 +56,24 @@ def read_weights(path):
     """
     check_input_file(path, "weights file")
     if is_hdf5_weights(path):
-        return _read_hdf5_weights(path)
-    return _read_caffemodel_weights(path)
+        layers = _read_hdf5_weights(path)
+    else:
+        layers = _read_caffemodel_weights(path)
+    _warn_non_finite(path, layers)
+    return layers
+
+
+def _warn_non_finite(path, layers):
+    """One WARNING when params hold NaN or inf: Caffe would compute NaN without a word."""
+    bad = [(name, j, array) for name, arrays in layers for j, array in enumerate(arrays)
+           if array is not None and not np.isfinite(array).all()]
+    if not bad:
+        return
+    name, j, array = bad[0]
+    count = array.size - int(np.isfinite(array).sum())
+    more = f" (and {len(bad) - 1} more params)" if len(bad) > 1 else ""
+    LOG.warning(f"weights file '{path}': layer {name} param {j} holds {count} NaN or inf "
+                f"values of {array.size}{more}; the net will compute NaN or inf from them")
 
 
 # --- .caffemodel ------------------------------------------------------------------------------
@@ -80,15 +98,25 @@ def _read_hdf5_weights(path):
     _check_readable(path)
     try:
         handle = h5py.File(path, "r")
-    except OSError as error:
-        raise CaffeError(f"'{path}' is not a valid HDF5 weights file ({error})") from None
+    except H5PY_ERRORS as error:
+        raise CaffeError(f"'{path}' is not a valid HDF5 weights file "
+                         f"({h5py_detail(error)})") from None
     with handle:
-        data = handle.get("data")
-        if not isinstance(data, h5py.Group):
+        try:
+            data = handle.get("data")
+            is_group = isinstance(data, h5py.Group)
+            layers = list(_layer_groups(data, "", set())) if is_group else None
+        except H5PY_ERRORS as error:
+            raise _damaged(path, "its list of layers", error) from None
+        if not is_group:
             raise CaffeError(f"'{path}' has no 'data' group: it is not a Caffe HDF5 weights "
                              "file")
-        return [(name, _read_hdf5_layer(path, name, group))
-                for name, group in _layer_groups(data, "")]
+        return [(name, _read_hdf5_layer(path, name, group)) for name, group in layers]
+
+
+def _damaged(path, what, error):
+    return CaffeError(f"weights file '{path}' is damaged: cannot read {what} "
+                      f"({h5py_detail(error)})")
 
 
 def _check_readable(path):
@@ -101,44 +129,61 @@ def _check_readable(path):
             from None
 
 
-def _layer_groups(group, prefix):
+def _layer_groups(group, prefix, seen):
     """(layer name, group) pairs sorted by name, as HDF5's name index lists them.
 
     A layer name with "/" (GoogLeNet's "inception_3a/1x1") is stored as nested groups, so a
     group holding only groups is walked into; a group with datasets, or an empty one, is a
-    layer.
+    layer. A group met again (a damaged file can link a group into itself) is skipped.
     """
     for key in sorted(group.keys(), key=lambda k: k.encode("utf-8")):
-        child = group.get(key)
-        if not isinstance(child, h5py.Group):
+        child = group[key]   # not get(): that hides a damaged object as a missing one
+        if not isinstance(child, h5py.Group) or child.id in seen:
             continue
+        seen.add(child.id)
         name = f"{prefix}{key}"
-        subgroups = [k for k in child.keys() if isinstance(child.get(k), h5py.Group)]
+        subgroups = [k for k in child.keys() if isinstance(child[k], h5py.Group)]
         if len(subgroups) < len(child) or not len(child):
             yield name, child
         if subgroups:
-            yield from _layer_groups(child, name + "/")
+            yield from _layer_groups(child, name + "/", seen)
 
 
 def _read_hdf5_layer(path, layer_name, group):
     found = {}
-    for key in group.keys():
-        item = group.get(key)
-        if not isinstance(item, h5py.Dataset):
-            continue
-        if not key.isdigit():
+    try:
+        keys = list(group.keys())
+    except H5PY_ERRORS as error:
+        raise _damaged(path, f"layer {layer_name}", error) from None
+    for key in keys:
+        try:
+            item = group[key]
+            if not isinstance(item, h5py.Dataset):
+                continue
+            kind = item.dtype.kind
+        except H5PY_ERRORS as error:
+            raise _damaged(path, f"dataset '{key}' of layer {layer_name}", error) from None
+        if not (key.isascii() and key.isdigit()) or len(key) > _MAX_PARAM_DIGITS:
             LOG.warning(f"{path}: ignoring dataset '{key}' of layer {layer_name}: param "
                         "datasets are named 0, 1, ...")
             continue
-        if item.dtype.kind != "f":
+        if kind != "f":
             raise CaffeError(f"{path}: dataset '{key}' of layer {layer_name} holds "
                              f"{item.dtype} values; expected float or double data",
                              layer=layer_name)
-        found[int(key)] = np.asarray(item[()], dtype=np.float32)
+        found[int(key)] = _read_param(path, layer_name, key, item)
     arrays = [None] * (max(found) + 1 if found else 0)
     for index, array in found.items():
         arrays[index] = array
     return arrays
+
+
+def _read_param(path, layer_name, key, dataset):
+    what = f"dataset '{key}' of layer {layer_name}"
+    try:
+        return read_float32(dataset, f"{path}: {what}")
+    except H5PY_ERRORS as error:
+        raise _damaged(path, what, error) from None
 
 
 def write_hdf5_weights(path, layers, write_diff=False):
@@ -150,6 +195,9 @@ def write_hdf5_weights(path, layers, write_diff=False):
             order; every layer gets a group, params without params included.
         write_diff: also write group ``diff``. Diffs are written for every param, shared or
             not; data only for params that own themselves.
+
+    Returns:
+        The bytes written.
 
     Raises:
         CaffeError: two layers have the same name, or the file cannot be written.
@@ -164,7 +212,7 @@ def write_hdf5_weights(path, layers, write_diff=False):
                                  f"'{layer_name}'", layer=layer_name)
             seen.add(layer_name)
             _write_hdf5_layer(data_group, diff_group, layer_name, params)
-    write_hdf5_atomically(path, fill)
+    return write_hdf5_atomically(path, fill)
 
 
 def _write_hdf5_layer(data_group, diff_group, layer_name, params):

@@ -71,4 +71,4 @@ class Coordinator:
             return None
         return state_io.write_snapshot(solver.param, solver.iter, solver.net,
                                        solver.test_nets, solver.current_step, solver.history,
-                                       other_ranks=states[1:])
+                                       solver.run_id, other_ranks=states[1:])

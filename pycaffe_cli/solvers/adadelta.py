@@ -14,6 +14,7 @@ from numba import cuda, njit, prange
 
 from pycaffe_cli.cuda.device import device_function
 from pycaffe_cli.solvers.base import Solver, register_solver
+from pycaffe_cli.solvers.param_checks import check_decay, check_delta
 from pycaffe_cli.solvers.update import PARALLEL_MIN, ElementwiseRule
 
 _ONE = np.float32(1)
@@ -60,6 +61,12 @@ class AdaDeltaSolver(Solver):
     """Two history blobs per param: squared gradients, then squared updates (Caffe's order)."""
 
     history_per_param = 2
+
+    def check_solver_param(self, param):
+        # momentum > 1 makes 1 - momentum negative, and the square root of a negative
+        # history nan; with delta 0 the first update is 0 * g, and every later one too.
+        check_decay(param, "momentum", "AdaDelta's momentum (the histories' decay)")
+        check_delta(param, "AdaDelta", "the gradient history + delta")
 
     def compute_update_value(self, param_id, rate):
         self.run_rule(ADADELTA_RULE, self.diff_of(param_id), self.history_of(param_id, 0),

@@ -14,6 +14,7 @@ from numba import cuda, njit, prange
 
 from pycaffe_cli.cuda.device import device_function
 from pycaffe_cli.solvers.base import Solver, register_solver
+from pycaffe_cli.solvers.param_checks import check_decay, check_delta
 from pycaffe_cli.solvers.update import PARALLEL_MIN, ElementwiseRule
 
 _ONE = np.float32(1)
@@ -67,6 +68,13 @@ class AdamSolver(Solver):
     """
 
     history_per_param = 2
+
+    def check_solver_param(self, param):
+        # beta1 = 1 divides the bias correction by 0; beta2 >= 1 takes sqrt(1 - beta2^t) of
+        # 0 or less; with delta 0 a zero gradient gives 0 / 0.
+        check_decay(param, "momentum", "Adam's beta1 (momentum)")
+        check_decay(param, "momentum2", "Adam's beta2 (momentum2)")
+        check_delta(param, "Adam", "sqrt(v) + delta")
 
     def compute_update_value(self, param_id, rate):
         beta1 = np.float32(self.param.momentum)

@@ -14,8 +14,8 @@ import numpy as np
 from numba import cuda, njit, prange
 
 from pycaffe_cli.cuda.device import device_function
-from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.solvers.base import Solver, register_solver
+from pycaffe_cli.solvers.param_checks import check_decay, check_delta, refuse
 from pycaffe_cli.solvers.update import PARALLEL_MIN, ElementwiseRule
 
 _ONE = np.float32(1)
@@ -63,9 +63,9 @@ class SquaredGradientSolver(Solver):
     running_mean = False
 
     def check_solver_param(self, param):
-        if param.momentum != 0:
-            raise CaffeError(f"Momentum cannot be used with {self.type} (momentum: "
-                             f"{param.momentum:g}).")
+        if param.momentum != 0:   # Caffe: CHECK_EQ(0, momentum)
+            raise refuse(param, "momentum", f"Momentum cannot be used with {self.type}")
+        check_delta(param, self.type, "sqrt(h) + delta")
 
     def compute_update_value(self, param_id, rate):
         self.run_rule(SQUARED_GRADIENT_RULE, self.diff_of(param_id), self.history_of(param_id),
@@ -86,5 +86,5 @@ class RMSPropSolver(SquaredGradientSolver):
 
     def check_solver_param(self, param):
         super().check_solver_param(param)
-        if not 0 <= param.rms_decay < 1:
-            raise CaffeError(f"rms_decay should lie between 0 and 1 (got {param.rms_decay:g}).")
+        # Caffe: CHECK_GE(rms_decay, 0), CHECK_LT(rms_decay, 1)
+        check_decay(param, "rms_decay", "RMSProp's rms_decay")

@@ -15,11 +15,11 @@ import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
-from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.errors import CaffeError, located
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.proto_echo import solver_text
-from pycaffe_cli.solvers import lr_policy, state as state_io
+from pycaffe_cli.solvers import lr_policy, param_checks, state as state_io
 from pycaffe_cli.solvers.divergence import DivergenceWatch
 from pycaffe_cli.solvers.loop import ACTIONS, LoopMixin
 from pycaffe_cli.solvers.nets import build_test_nets, build_train_net, check_train_net_source
@@ -45,6 +45,8 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         param: the solver's own copy of the SolverParameter.
         net, test_nets: the train Net and the list of test Nets.
         iter: number of updates done so far; current_step: the lr policy's step index.
+        run_id: this run's identity, recorded in its snapshots' sidecars (new when a run
+            starts from scratch, the snapshot's when it resumes from a pycaffe snapshot).
         history: the update rule's history Blobs (``history_per_param`` per learnable param,
             grouped as Caffe orders them in the solverstate).
         callbacks: objects with on_start() and on_gradients_ready() (Caffe's callbacks).
@@ -69,7 +71,9 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         try:
             self._check_param()
         except CaffeError as error:
-            raise CaffeError(f"{solver_path}: {error}" if solver_path else str(error)) from None
+            if not solver_path:
+                raise
+            raise located(error, _where(solver_path, error)) from None
         if root:
             state_io.check_snapshot_write_permissions(self.param)
         if self.param.random_seed >= 0:   # each rank its own stream, as Caffe
@@ -81,6 +85,7 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         LOG.info("Solver scaffolding done.")
         self.iter = 0
         self.current_step = 0
+        self.run_id = state_io.new_run_id()
         self.smoothed_loss = np.float32(0)
         self._losses = []
         self._divergence = DivergenceWatch()   # one WARNING at the first non-finite loss
@@ -88,18 +93,20 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
                         for blob in self.net.learnable_params]
 
     def _check_param(self):
+        """Every value is checked before a net is built (param_checks.py)."""
         param = self.param
         check_train_net_source(param)
-        if param.average_loss < 1:
-            raise CaffeError(f"average_loss should be non-negative (>= 1, got "
-                             f"{param.average_loss}).")
-        if param.iter_size < 1:
-            raise CaffeError(f"iter_size must be >= 1 (got {param.iter_size})")
+        param_checks.check_common(param)
         lr_policy.check_policy(param)
-        if param.weight_decay and param.regularization_type not in ("L1", "L2"):
-            raise CaffeError(f"Unknown regularization type: {param.regularization_type} "
-                             "(known types: L1, L2)")
         self.check_solver_param(param)
 
     def check_solver_param(self, param):
-        """Update-rule specific checks (Caffe's constructor_sanity_check); CaffeError if bad."""
+        """Update-rule specific checks (Caffe's constructor_sanity_check); FieldError if bad."""
+
+
+def _where(solver_path, error):
+    """The solver file, with the line of the refused field when the error names one."""
+    if not isinstance(error, param_checks.FieldError):
+        return solver_path
+    from pycaffe_cli.io.prototxt import locate_field
+    return locate_field(solver_path, error.field, error.index or 0)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.solvers.param_checks import refuse
 
 _f32 = np.float32
 
@@ -23,35 +23,35 @@ def fixed(param, iteration):
 
 def step(param, iteration):
     """lr = base_lr * gamma ^ floor(iter / stepsize)"""
-    return param.base_lr * math.pow(param.gamma, step_index(param, iteration))
+    return param.base_lr * _pow(param.gamma, step_index(param, iteration))
 
 
 def exp(param, iteration):
     """lr = base_lr * gamma ^ iter"""
-    return param.base_lr * math.pow(param.gamma, iteration)
+    return param.base_lr * _pow(param.gamma, iteration)
 
 
 def inv(param, iteration):
     """lr = base_lr * (1 + gamma * iter) ^ (-power)"""
     base = _f32(1) + _f32(param.gamma) * _f32(iteration)
-    return param.base_lr * math.pow(float(base), -param.power)
+    return param.base_lr * _pow(float(base), -param.power)
 
 
 def multistep(param, iteration):
     """lr = base_lr * gamma ^ k, k = number of stepvalue entries <= iter"""
-    return param.base_lr * math.pow(param.gamma, step_index(param, iteration))
+    return param.base_lr * _pow(param.gamma, step_index(param, iteration))
 
 
 def poly(param, iteration):
     """lr = base_lr * (1 - iter / max_iter) ^ power"""
     base = _f32(1) - _f32(iteration) / _f32(param.max_iter)
-    return param.base_lr * math.pow(float(base), param.power)
+    return param.base_lr * _pow(float(base), param.power)
 
 
 def sigmoid(param, iteration):
     """lr = base_lr * 1 / (1 + exp(-gamma * (iter - stepsize)))"""
     exponent = -_f32(param.gamma) * (_f32(iteration) - _f32(param.stepsize))
-    return param.base_lr * (1.0 / (1.0 + math.exp(float(exponent))))
+    return param.base_lr * (1.0 / (1.0 + _exp(float(exponent))))
 
 
 POLICIES = {"fixed": fixed, "step": step, "exp": exp, "inv": inv, "multistep": multistep,
@@ -68,30 +68,55 @@ def step_index(param, iteration):
 
 
 def check_policy(param):
-    """Raise CaffeError for an unknown policy or a parameter Caffe's CHECKs reject."""
+    """Raise FieldError for an unknown policy or a parameter the policy cannot use: Caffe's
+    CHECKs (stepsize > 0 for "step" and "sigmoid", gamma >= 0 for all but "fixed" and
+    "poly"), max_iter > 0 for "poly" (it divides by it) and increasing stepvalues."""
     name = param.lr_policy
     if name not in POLICIES:
-        raise CaffeError(f'Unknown learning rate policy: "{name}" (known policies: '
-                         f'{", ".join(sorted(POLICIES))})')
+        raise refuse(param, "lr_policy", f'Unknown learning rate policy: "{name}" (known '
+                                         f'policies: {", ".join(sorted(POLICIES))})')
     if name in ("step", "sigmoid") and param.stepsize <= 0:
-        raise CaffeError(f'lr_policy "{name}" needs stepsize > 0 (got {param.stepsize})')
+        raise refuse(param, "stepsize", f'lr_policy "{name}" needs stepsize > 0')
     if name in ("step", "exp", "inv", "multistep", "sigmoid") and param.gamma < 0:
-        raise CaffeError(f'lr_policy "{name}" needs gamma >= 0 (got {param.gamma:g})')
+        raise refuse(param, "gamma", f'lr_policy "{name}" needs gamma >= 0')
     if name == "poly" and param.max_iter <= 0:
-        raise CaffeError(f'lr_policy "poly" needs max_iter > 0 (got {param.max_iter})')
+        raise refuse(param, "max_iter", 'lr_policy "poly" needs max_iter > 0 (it divides by '
+                                        'it)')
     if name == "multistep":
-        values = list(param.stepvalue)
-        if any(b <= a for a, b in zip(values, values[1:])):
-            raise CaffeError(f"lr_policy \"multistep\" needs strictly increasing stepvalue "
-                             f"entries (got {', '.join(map(str, values))})")
+        values = param.stepvalue
+        for index in range(1, len(values)):
+            if values[index] <= values[index - 1]:
+                raise refuse(param, "stepvalue", 'lr_policy "multistep" needs strictly '
+                             "increasing stepvalue entries (the one before is "
+                             f"{values[index - 1]})", index)
 
 
 def learning_rate(param, iteration):
     """The learning rate at ``iteration`` for a caffe.SolverParameter, as a float32 value.
 
     Raises:
-        CaffeError: unknown ``lr_policy`` (the message lists the known ones) or a parameter
+        FieldError: unknown ``lr_policy`` (the message lists the known ones) or a parameter
             the policy cannot use.
     """
     check_policy(param)
-    return float(_f32(POLICIES[param.lr_policy](param, iteration)))
+    with np.errstate(over="ignore"):   # a rate past float32's range is inf, as in Caffe
+        return float(_f32(POLICIES[param.lr_policy](param, iteration)))
+
+
+def _pow(base, exponent):
+    """C's pow, which Caffe calls: inf past double's range and nan for a negative base with
+    a fractional exponent, where math.pow raises (e.g. "exp" with gamma > 1 after many
+    iterations, "poly" past max_iter)."""
+    try:
+        return math.pow(base, exponent)
+    except (OverflowError, ValueError):
+        with np.errstate(all="ignore"):
+            return float(np.power(np.float64(base), np.float64(exponent)))
+
+
+def _exp(value):
+    """C's exp: inf past double's range ("sigmoid" long before its stepsize)."""
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return math.inf

@@ -12,6 +12,7 @@ from pycaffe_cli.errors import CaffeError, located
 from pycaffe_cli.log import LOG
 from pycaffe_cli.net import Net
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.solvers.param_checks import check_test_nets
 
 TRAIN_NET_FIELDS = "net, net_param, train_net, train_net_param"
 
@@ -89,36 +90,23 @@ def build_train_net(solver_param):
 
 
 def build_test_nets(solver_param):
-    """The TEST-phase Nets, one per test_iter entry, in Caffe's order."""
-    has_net_param = solver_param.HasField("net_param")
-    has_net_file = solver_param.HasField("net")
-    if has_net_param and has_net_file:
-        raise CaffeError("Both net_param and net_file may not be specified.")
-    num_test_nets = len(solver_param.test_net_param) + len(solver_param.test_net)
-    num_iters = len(solver_param.test_iter)
-    generic = has_net_param or has_net_file
-    if (generic and num_iters < num_test_nets) or (not generic and num_iters != num_test_nets):
-        raise CaffeError(f"test_iter must be specified for each test network ({num_iters} "
-                         f"test_iter value(s) for {num_test_nets} test_net/test_net_param "
-                         f"entr{'y' if num_test_nets == 1 else 'ies'}"
-                         f"{' plus the generic net' if generic else ''}).")
+    """The TEST-phase Nets, one per test_iter entry, in Caffe's order (the counts are checked
+    first: param_checks.check_test_nets)."""
+    check_test_nets(solver_param)
     specs = [("test_net_param", _copy(p), None) for p in solver_param.test_net_param]
     specs += [(f"test_net file: {path}", read_net_file(path), path)
               for path in solver_param.test_net]
-    remaining = num_iters - len(specs)
-    if has_net_param:
+    remaining = len(solver_param.test_iter) - len(specs)
+    if remaining > 1 and not solver_param.test_state:
+        LOG.warning(f"the generic net is tested {remaining} times, once per test_iter value "
+                    "left after the test_net/test_net_param entries (test_state entries can "
+                    "give each test its own stages)")
+    if solver_param.HasField("net_param"):
         specs += [("net_param", _copy(solver_param.net_param), None)
                   for _ in range(remaining)]
-    if has_net_file:
+    if solver_param.HasField("net"):
         specs += [(f"net file: {solver_param.net}", read_net_file(solver_param.net),
                    solver_param.net) for _ in range(remaining)]
-    if solver_param.test_state and len(solver_param.test_state) != len(specs):
-        raise CaffeError("test_state must be unspecified or specified once per test net "
-                         f"({len(solver_param.test_state)} test_state for {len(specs)} test "
-                         "nets).")
-    if specs and solver_param.test_interval <= 0:
-        raise CaffeError(f"test_interval must be > 0 when there are test nets (got "
-                         f"{solver_param.test_interval})")
     nets = []
     for i, (source, net_param, path) in enumerate(specs):
         override = solver_param.test_state[i] if solver_param.test_state else None

@@ -10,6 +10,7 @@ from numba import cuda, njit, prange
 
 from pycaffe_cli.cuda.device import device_function
 from pycaffe_cli.solvers.base import Solver, register_solver
+from pycaffe_cli.solvers.param_checks import check_decay
 from pycaffe_cli.solvers.update import PARALLEL_MIN, ElementwiseRule
 
 _ONE = np.float32(1)
@@ -57,6 +58,10 @@ class SGDSolver(Solver):
     """Caffe's SGDSolver: one history blob (the momentum) per param."""
 
     nesterov = False
+
+    def check_solver_param(self, param):
+        # momentum >= 1 makes the history (and the steps) grow without bound
+        check_decay(param, "momentum", f"{self.type}'s momentum")
 
     def compute_update_value(self, param_id, rate):
         self.run_rule(SGD_RULE, self.diff_of(param_id), self.history_of(param_id),

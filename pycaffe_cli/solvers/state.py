@@ -8,12 +8,14 @@ HDF5 solver state has Caffe's SnapshotSolverStateToHDF5 layout: int datasets ``i
 
 Beyond Caffe: beside each state file, ``<state file>.pycaffe.json`` records the random
 generator's state and every layer's ``get_state()`` (train and test nets), so a resumed run
-continues exactly like an uninterrupted one (see sidecar.py). Every file is written
-atomically, HDF5 files through memory (see io/hdf5_image.py), and a snapshot's state file
-last, so that it never exists without its weights and sidecar.
+continues exactly like an uninterrupted one, and the SHA-256 of the weights and state files,
+so that a snapshot is resumed only as the unit it was written (see sidecar.py). Every file is
+written atomically, HDF5 files through memory (see io/hdf5_image.py), and a snapshot's state
+file last, so that it never exists without its weights and sidecar.
 """
 import contextlib
 import os
+import tempfile
 from types import SimpleNamespace
 
 import h5py
@@ -22,14 +24,14 @@ from google.protobuf.message import DecodeError
 
 from pycaffe_cli import net_weights
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.io.files import atomic_write, read_bytes
+from pycaffe_cli.io.files import atomic_write, check_output_target, read_bytes
 from pycaffe_cli.io.hdf5_image import hdf5_bytes, in_memory_hdf5
 from pycaffe_cli.io.input_files import PROTO_LIMIT, check_input_file
 from pycaffe_cli.io.weights import blob_proto_to_array, fill_blob_proto
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
-from pycaffe_cli.solvers.sidecar import (  # noqa: F401 (read_resume_sidecar: the old home)
-    SIDECAR_FORMAT, SIDECAR_SUFFIX, read_resume_sidecar, sha256_hex, write_resume_sidecar)
+from pycaffe_cli.solvers.sidecar import (  # noqa: F401 (new_run_id: for the Solver)
+    SIDECAR_SUFFIX, new_run_id, sha256_hex, warn_before_overwriting, write_resume_sidecar)
 from pycaffe_cli.solvers.state_checks import (check_counter, check_learned_net, hdf5_counter,
                                               hdf5_history, hdf5_string)
 
@@ -59,62 +61,90 @@ def upgrade_snapshot_prefix(param, solver_path):
 
 
 def check_snapshot_write_permissions(param):
-    """Caffe's CheckSnapshotWritePermissions: fail early if snapshots cannot be written."""
+    """Caffe's CheckSnapshotWritePermissions: fail early if snapshots cannot be written.
+
+    Caffe opens ``<prefix>_iter_0.tempfile`` for writing; the probe here is a new file of a
+    unique name (made exclusively), so whatever stands at that name is never truncated."""
     if not param.snapshot:
         return
     if not param.HasField("snapshot_prefix"):
         raise CaffeError("In solver params, snapshot is specified but snapshot_prefix is not")
-    probe = snapshot_filename(param.snapshot_prefix, 0, ".tempfile")
+    probe = snapshot_filename(param.snapshot_prefix, 0, ".")
     try:
-        with open(probe, "wb"):
-            pass
-        os.remove(probe)
-    except OSError:
+        fd, name = tempfile.mkstemp(prefix=os.path.basename(probe), suffix=".tempfile",
+                                    dir=os.path.dirname(probe) or ".")
+        os.close(fd)
+        os.remove(name)
+    except (OSError, ValueError):
         raise CaffeError(f"Cannot write to snapshot prefix '{param.snapshot_prefix}'.  Make "
                          "sure that the directory exists and is writable.") from None
 
 
 # --- writing -----------------------------------------------------------------------------
+def model_filename(param, iteration):
+    """The weights file of a snapshot: .caffemodel, or .caffemodel.h5 for HDF5."""
+    extension = ".caffemodel.h5" if param.snapshot_format == HDF5 else ".caffemodel"
+    return snapshot_filename(param.snapshot_prefix, iteration, extension)
+
+
+def state_filename(param, iteration):
+    """The state file of a snapshot: .solverstate, or .solverstate.h5 for HDF5."""
+    extension = ".solverstate.h5" if param.snapshot_format == HDF5 else ".solverstate"
+    return snapshot_filename(param.snapshot_prefix, iteration, extension)
+
+
 def write_model(net, param, iteration):
-    """Write the net's weights (Caffe's SnapshotToBinaryProto/ToHDF5); return the file name."""
+    """Write the net's weights (Caffe's SnapshotToBinaryProto/ToHDF5); return the file name
+    and the bytes written."""
+    path = model_filename(param, iteration)
     if param.snapshot_format == HDF5:
-        path = snapshot_filename(param.snapshot_prefix, iteration, ".caffemodel.h5")
         LOG.info(f"Snapshotting to HDF5 file {path}")
-        net_weights.save_hdf5(net, path, param.snapshot_diff)
-    else:
-        path = snapshot_filename(param.snapshot_prefix, iteration, ".caffemodel")
-        LOG.info(f"Snapshotting to binary proto file {path}")
-        net_weights.save_binaryproto(net, path, param.snapshot_diff)
-    return path
+        return path, net_weights.save_hdf5(net, path, param.snapshot_diff)
+    LOG.info(f"Snapshotting to binary proto file {path}")
+    return path, net_weights.save_binaryproto(net, path, param.snapshot_diff)
 
 
-def write_snapshot(param, iteration, net, test_nets, current_step, history, other_ranks=None):
+def write_snapshot(param, iteration, net, test_nets, current_step, history, run_id,
+                   other_ranks=None):
     """Write one snapshot as a unit: the weights, the resume sidecar, then the solver state.
-    ``other_ranks``: data-parallel training's ranks 1..N-1 states for the sidecar.
+
+    Args:
+        run_id: the run's id (sidecar.new_run_id), recorded in the sidecar.
+        other_ranks: data-parallel training's ranks 1..N-1 states for the sidecar.
 
     The state file is renamed into place last, so a run killed at any moment leaves every
-    state file beside its weights and its sidecar. On failure the new sidecar is removed;
-    earlier snapshots are never touched.
+    state file beside its weights and its sidecar (a state whose weights or sidecar were
+    replaced by a later, interrupted snapshot is refused on resume: the sidecar holds both
+    files' SHA-256). Files of another run at these names are replaced after a WARNING. On
+    failure earlier snapshots are never touched, and the new sidecar is removed unless an
+    older state file stands at its state's name (the sidecar then keeps that mix from being
+    resumed).
 
     Returns:
         The state file's name.
 
     Raises:
-        CaffeError: a file cannot be written (disk full, folder gone or read-only); the
-        message names the file.
+        CaffeError: a file cannot be written (disk full, folder gone or read-only, a pipe or
+        a folder at its name); the message names the file.
     """
+    model_file, state_file = model_filename(param, iteration), state_filename(param, iteration)
+    sidecar = state_file + SIDECAR_SUFFIX
     try:
-        model_file = write_model(net, param, iteration)
-        state_file, encoded = encode_solver_state(param, iteration, model_file, current_step,
-                                                  history)
-        sidecar = write_resume_sidecar(state_file, net, test_nets, sha256_hex(encoded),
-                                       other_ranks)
+        for path in (model_file, sidecar, state_file):
+            check_output_target(path)
+        warn_before_overwriting((model_file, sidecar, state_file), sidecar, run_id)
+        _, weights = write_model(net, param, iteration)
+        _, encoded = encode_solver_state(param, iteration, model_file, current_step, history)
+        write_resume_sidecar(state_file, net, test_nets,
+                             {"run_id": run_id, "weights_sha256": sha256_hex(weights),
+                              "state_sha256": sha256_hex(encoded)}, other_ranks)
         try:
             with atomic_write(state_file, "wb") as stream:
                 stream.write(encoded)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(sidecar)
+            if not os.path.lexists(state_file):
+                with contextlib.suppress(OSError):
+                    os.remove(sidecar)
             raise
     except CaffeError as error:
         raise CaffeError(f"{error} (the snapshot of iteration {iteration} is not written; "
@@ -124,8 +154,8 @@ def write_snapshot(param, iteration, net, test_nets, current_step, history, othe
 
 def encode_solver_state(param, iteration, learned_net, current_step, history):
     """The state file's name and bytes (binary SolverState or Caffe's HDF5 layout)."""
+    path = state_filename(param, iteration)
     if param.snapshot_format == HDF5:
-        path = snapshot_filename(param.snapshot_prefix, iteration, ".solverstate.h5")
         LOG.info(f"Snapshotting solver state to HDF5 file {path}")
         with in_memory_hdf5() as h5:
             _write_int(h5, "iter", iteration)
@@ -135,7 +165,6 @@ def encode_solver_state(param, iteration, learned_net, current_step, history):
             for i, blob in enumerate(history):
                 group.create_dataset(str(i), data=blob.cpu_data.astype(np.float32))
             return path, hdf5_bytes(h5)
-    path = snapshot_filename(param.snapshot_prefix, iteration, ".solverstate")
     state = caffe_pb2.SolverState(iter=iteration, learned_net=learned_net,
                                   current_step=current_step)
     for blob in history:
@@ -209,13 +238,25 @@ def _read_hdf5_state(path):
                          f"{reason})") from None
 
 
-def locate_learned_net(learned_net, state_path):
+def find_learned_net(learned_net, state_path):
     """The weights file a state names: as written (Caffe's rule, relative to the working
-    directory) or, when that does not exist, the same file name beside the state file."""
+    directory) or, when that does not exist, the same file name beside the state file;
+    None when neither exists (or the state names none)."""
+    if not learned_net:
+        return None
     if os.path.exists(learned_net):
         return learned_net
     beside = os.path.join(os.path.dirname(state_path), os.path.basename(learned_net))
     if os.path.exists(beside):
         LOG.info(f"learned_net {learned_net} not found; using {beside} beside the state file")
         return beside
-    raise CaffeError(f"{state_path}: its weights file {learned_net} (learned_net) not found")
+    return None
+
+
+def locate_learned_net(learned_net, state_path):
+    """``find_learned_net``, or CaffeError when the file is not found."""
+    found = find_learned_net(learned_net, state_path)
+    if found is None:
+        raise CaffeError(f"{state_path}: its weights file {learned_net} (learned_net) not "
+                         "found")
+    return found

@@ -83,3 +83,27 @@ def test_stop_drops_queued_batches_and_restart_continues_from_the_reader():
         assert prefetcher.next_batch().data[0] == 10
     finally:
         prefetcher.stop()
+
+
+def test_stop_called_on_the_thread_itself_ends_it():
+    """The garbage collector may drop a data layer, and so stop its prefetcher, on the
+    prefetch thread: that must end the thread, not raise "cannot join current thread"."""
+    threads, errors = [], []
+
+    class StoppingReader(CountingReader):
+        def load_batch(self, recycled):
+            threads.append(threading.current_thread())
+            try:
+                prefetcher.stop()
+            except Exception as error:   # noqa: BLE001 -- what the thread would have died of
+                errors.append(error)
+            return super().load_batch(recycled)
+    prefetcher = Prefetcher(StoppingReader(), depth=2, name="t")
+    prefetcher.start()
+    for _ in range(100):
+        if threads:
+            break
+        threading.Event().wait(0.01)
+    threads[0].join(timeout=5)
+    assert not threads[0].is_alive() and errors == []
+    assert not prefetcher.running

@@ -56,7 +56,7 @@ def test_a_snapshot_holds_every_ranks_state_and_only_rank_0_writes(monkeypatch):
 
     def work(comm):
         solver = SimpleNamespace(param=None, iter=7, net=f"net{comm.rank}", test_nets=[],
-                                 current_step=0, history=[])
+                                 current_step=0, history=[], run_id="r")
         Coordinator(comm).snapshot(solver)
     on_ranks(3, work)
     assert written == [(7, [{"rng": "rng of net1", "train": {}},

@@ -155,19 +155,21 @@ def test_missing_sidecar_is_a_warning(tmp_path):
                               "restored, as in Caffe"]
 
 
-def test_a_sidecar_of_another_state_is_ignored_with_a_warning(tmp_path):
+def test_a_sidecar_of_another_state_is_refused(tmp_path):
     create_solver(resume_param(tmp_path, "SGD", "whole")).solve()
     state = tmp_path / "whole_iter_3.solverstate"
     proto = caffe_pb2.SolverState.FromString(state.read_bytes())
     proto.history[0].data[0] += 1.0             # as if an older run's state were still here
     state.write_bytes(proto.SerializeToString())
     resumed = create_solver(resume_param(tmp_path, "SGD", "again"))
-    with LogCapture() as log:
+    with pytest.raises(CaffeError) as caught:
         resumed.restore(str(state))
-    assert len(log.warnings()) == 1
-    assert "was written for another whole_iter_3.solverstate" in log.warnings()[0]
-    assert "resume will not be exact" in log.warnings()[0]
-    assert resumed.net.layer_by_name("count").count == 0
+    assert str(caught.value) == (
+        f"{state}: cannot resume from this snapshot: the state file is not the one "
+        f"{state}.pycaffe.json was written with (another SHA-256); its files belong to "
+        "different runs, or to a snapshot that was interrupted while it replaced another: "
+        "resume from an earlier snapshot")
+    assert resumed.iter == 0 and resumed.net.layer_by_name("count").count == 0
 
 
 # --- the sidecar is checked field by field ---------------------------------------------------
@@ -182,11 +184,12 @@ SIDECAR_CASES = [
     ("[" * 100000, None, "cannot read the resume state"),
     (None, lambda p: p.pop("rng"), 'field "rng": missing'),
     (None, lambda p: p.pop("train"), 'field "train": missing'),
-    (None, lambda p: p.update(format=True), 'field "format": unknown resume-state format True'),
-    (None, lambda p: p.update(format=2), 'field "format": unknown resume-state format 2'),
+    (None, lambda p: p.update(format=True),
+     'field "format": unknown resume-state format a boolean (true)'),
+    (None, lambda p: p.update(format=3), 'field "format": unknown resume-state format 3'),
     (None, lambda p: p.update(rng=None), 'field "rng": must be an object, found null'),
     (None, lambda p: _rng(p).update(bit_generator="MT19937"),
-     "field \"rng.bit_generator\": must be 'PCG64', found 'MT19937'"),
+     "field \"rng.bit_generator\": must be 'PCG64', found a string ('MT19937')"),
     (None, lambda p: _rng(p)["state"].update(inc=1.5),
      'field "rng.state.inc": must be an integer, found a number'),
     (None, lambda p: _rng(p)["state"].update(state=-1),
@@ -198,7 +201,7 @@ SIDECAR_CASES = [
     (None, lambda p: p.update(test={}), 'field "test": must be an array, found an object'),
     (None, lambda p: p["test"].__setitem__(0, 5), 'field "test[0]": must be an object'),
     (None, lambda p: p["train"].update(count={"cnt": 3}),
-     "field \"train.count\": not a saved state of this layer (KeyError: 'count')"),
+     "field \"train[\"count\"]\": not a saved state of this layer (KeyError: 'count')"),
     (None, lambda p: p.update(state_sha256="xyz"), 'field "state_sha256": must be 64 lowercase'),
     (None, lambda p: p.update(state_sha256=None), 'field "state_sha256": must be 64 lowercase'),
 ]
@@ -230,8 +233,8 @@ def test_generator_states_inside_layer_states_are_checked(tmp_path):
                "train": {"data": {"key": "00", "rng": {
                    "bit_generator": "PCG64", "state": {"state": 1, "inc": "3"},
                    "has_uint32": 0, "uinteger": 0}}}, "test": []}
-    with pytest.raises(CaffeError, match='field "train.data.rng.state.inc": must be an '
-                                         'integer, found a string'):
+    with pytest.raises(CaffeError, match='field "train\\["data"\\].rng.state.inc": must be '
+                                         'an integer, found a string'):
         check_sidecar(payload, "s.pycaffe.json")
 
 
@@ -279,6 +282,7 @@ HDF5_CASES = [
 @pytest.mark.parametrize("change, message", HDF5_CASES)
 def test_broken_hdf5_state_names_the_file_and_the_field(tmp_path, change, message):
     state = hdf5_state(tmp_path)
+    os.remove(f"{state}.pycaffe.json")    # its SHA-256 would refuse the edited state first
     with h5py.File(state, "a") as h5:
         change(h5)
     with pytest.raises(CaffeError) as caught:

@@ -67,10 +67,24 @@ def test_rate_is_a_float32_value():
     ('lr_policy: "exp" gamma: -1', "needs gamma >= 0"),
     ('lr_policy: "poly" power: 1', "needs max_iter > 0"),
     ('lr_policy: "multistep" gamma: 0.1 stepvalue: 5 stepvalue: 5', "strictly increasing"),
+    ('lr_policy: "inv" gamma: -0.5 power: 1', "^gamma: -0.5: lr_policy \"inv\" needs gamma >= 0"),
 ])
 def test_bad_policies_raise(settings, message):
     with pytest.raises(CaffeError, match=message):
         lr_policy.learning_rate(solver_param(BASE + settings), 0)
+
+
+@pytest.mark.parametrize("settings, iteration, expected", [
+    # C's pow and exp, which Caffe calls, where Python's math module raises
+    ('lr_policy: "exp" gamma: 1.5', 2000, math.inf),             # pow overflows
+    ('lr_policy: "step" gamma: 1e30 stepsize: 1', 20, math.inf),
+    ('lr_policy: "sigmoid" gamma: 1 stepsize: 1000', 0, 0.0),    # exp(1000) overflows
+    ('lr_policy: "poly" power: 0.5 max_iter: 10', 11, math.nan),  # (1 - 1.1) ^ 0.5
+    ('lr_policy: "poly" power: -1 max_iter: 10', 10, math.inf),   # 0 ^ -1
+])
+def test_rates_past_double_are_what_c_gives(settings, iteration, expected):
+    rate = lr_policy.learning_rate(solver_param(BASE + settings), iteration)
+    assert rate == expected or (math.isnan(expected) and math.isnan(rate))
 
 
 def test_unknown_policy_is_rejected_when_the_solver_is_built():

@@ -211,13 +211,17 @@ def test_resume_without_the_sidecar_restarts_data_as_caffe_does(tmp_path):
     assert resumed.net.layer_by_name("count").count == 4      # 3 + the final display forward
 
 
-def test_resume_tolerates_a_changed_set_of_test_nets(tmp_path):
-    whole = create_solver(resume_param(tmp_path, "SGD", "whole"))
-    losses, _, _ = run_recording(whole)
+def test_resume_with_another_set_of_test_nets_is_refused(tmp_path):
+    """The sidecar holds one entry per test net; a solver with another number of test nets
+    cannot continue them exactly (issue 25: one entry per test net)."""
+    run_recording(create_solver(resume_param(tmp_path, "SGD", "whole")))
     resumed = create_solver(resume_param(tmp_path, "SGD", "resumed", tests=False))
-    more, _, log = run_recording(resumed, str(tmp_path / "whole_iter_3.solverstate"))
-    assert any("saved with 1 test net(s), this solver has 0" in m for m in log.messages)
-    assert resumed.iter == 6 and resumed.net.layer_by_name("count").count == 7
+    state = tmp_path / "whole_iter_3.solverstate"
+    with pytest.raises(CaffeError) as caught:
+        resumed.restore(str(state))
+    assert str(caught.value) == (f'{state}.pycaffe.json: field "test": holds 1 test net '
+                                 "state(s); this solver has 0 test net(s): the resume state "
+                                 "was saved for another solver")
 
 
 # --- snapshot prefix rules -------------------------------------------------------------------

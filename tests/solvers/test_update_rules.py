@@ -208,13 +208,13 @@ def test_lr_is_logged_when_display_is_due():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ('type: "AdaGrad" momentum: 0.9', "Momentum cannot be used with AdaGrad"),
-    ('type: "RMSProp" momentum: 0.5', "Momentum cannot be used with RMSProp"),
-    ('type: "RMSProp" rms_decay: 1', "rms_decay should lie between 0 and 1"),
+    ('type: "AdaGrad" momentum: 0.9', "^momentum: 0.9: Momentum cannot be used with AdaGrad"),
+    ('type: "RMSProp" momentum: 0.5', "^momentum: 0.5: Momentum cannot be used with RMSProp"),
+    ('type: "RMSProp" rms_decay: 1', "^rms_decay: 1: RMSProp's rms_decay must lie in"),
     ('type: "SGD" weight_decay: 0.1 regularization_type: "L3"',
-     "Unknown regularization type: L3"),
-    ('type: "SGD" iter_size: 0', "iter_size must be >= 1"),
-    ('type: "SGD" average_loss: 0', "average_loss should be non-negative"),
+     '^regularization_type: "L3": Unknown regularization type'),
+    ('type: "SGD" iter_size: 0', "^iter_size: 0: iter_size must be >= 1"),
+    ('type: "SGD" average_loss: 0', "^average_loss: 0: average_loss must be >= 1"),
 ])
 def test_bad_solver_params_raise(settings, message):
     with pytest.raises(CaffeError, match=message):
