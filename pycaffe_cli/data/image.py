@@ -18,7 +18,7 @@ import io
 
 import numpy as np
 from numba import njit
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes
@@ -50,6 +50,9 @@ def decode_image(data, color, what="image"):
         image.load()
         image_format = image.format
         image = ImageOps.exif_transpose(image)
+    except UnidentifiedImageError:
+        raise CaffeError(f"could not decode {what}: not an image format Pillow reads, or its "
+                         "header is damaged") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
         raise CaffeError(f"could not decode {what}: {error}") from None
     if color is None:

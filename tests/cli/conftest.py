@@ -38,20 +38,23 @@ def interactive_sigint():
     signal.signal(signal.SIGINT, saved if saved is not None else signal.SIG_DFL)
 
 
-@pytest.fixture
-def run_cli():
+def run_in_process(*argv):
     """Call ``main(argv)`` in-process; return a Result. Leaves the backend in CPU mode and
     the "pycaffe" logger as it found it."""
-    def run(*argv):
-        err, out = io.StringIO(), io.StringIO()
-        saved = LOG.handlers[:], LOG.propagate, LOG.level
-        try:
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-                code = main([str(a) for a in argv])
-        finally:
-            # main() points the log at our stderr; give later tests (caplog) theirs back
-            LOG.handlers[:], LOG.propagate = saved[0], saved[1]
-            LOG.setLevel(saved[2])
-            backend.set_mode_cpu()
-        return Result(code, err.getvalue(), out.getvalue())
-    return run
+    err, out = io.StringIO(), io.StringIO()
+    saved = LOG.handlers[:], LOG.propagate, LOG.level
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main([str(a) for a in argv])
+    finally:
+        # main() points the log at our stderr; give later tests (caplog) theirs back
+        LOG.handlers[:], LOG.propagate = saved[0], saved[1]
+        LOG.setLevel(saved[2])
+        backend.set_mode_cpu()
+    return Result(code, err.getvalue(), out.getvalue())
+
+
+@pytest.fixture
+def run_cli():
+    """``run_in_process``."""
+    return run_in_process
