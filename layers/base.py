@@ -126,7 +126,7 @@ class Layer:
     auto_top_blobs = False
     in_place_ok = False
     type = None
-    # What the inference plan (pycaffe_cli/inference.py) may assume of a layer with bottoms:
+    # What the inference plan (pycaffe_cli/inference/plan.py) may assume of a layer with bottoms:
     # that reshape reads only the bottoms' shapes (so it need not run while they stay the
     # same), and that the layer keeps no view of its blobs' memory from one call to the next
     # (so the plan may move a blob into a buffer other blobs use at other times).

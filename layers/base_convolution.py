@@ -156,7 +156,7 @@ class BaseConvolutionLayer(Layer):
         self._gpu_backend = None
         self.force_plan = None  # a Plan to use instead of choose_plan's (tests, timings)
         # ReLU's negative slope to apply where forward adds the bias (None: no ReLU); set by
-        # the inference plan (pycaffe_cli/inference.py) on its own copies, CPU backend only.
+        # the inference plan (pycaffe_cli/inference/plan.py) on its own copies, CPU backend only.
         self.fused_relu_slope = None
         self.plan = Plan.GEMM
 

@@ -58,7 +58,7 @@ class ConcatLayer(Layer):
 
     def inference_pass(self):
         """On the CPU, nothing to do where the inference plan made every bottom a view of
-        its run of the top (pycaffe_cli/inference_memory.py); else the forward."""
+        its run of the top (pycaffe_cli/inference/memory.py); else the forward."""
         if self._use_gpu("forward"):
             return self.forward_pass()
         return self._forward_unless_viewed

@@ -28,7 +28,7 @@ class InnerProductLayer(Layer):
     exact_num_bottom = 1
     exact_num_top = 1
     # ReLU's negative slope to apply with the bias (None: none); set by the inference plan
-    # (pycaffe_cli/inference.py) on its own copies, in CPU mode only.
+    # (pycaffe_cli/inference/plan.py) on its own copies, in CPU mode only.
     fused_relu_slope = None
 
     def layer_setup(self, bottom, top):

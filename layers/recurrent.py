@@ -32,7 +32,7 @@ from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import Layer
 from pycaffe_cli.log import LOG
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
 SUM = caffe_pb2.EltwiseParameter.SUM

@@ -8,7 +8,7 @@ the echo stops after the layers that fit and ends with a comment line,
 """
 from google.protobuf import text_format
 
-from pycaffe_cli.net_passes import without_layers
+from pycaffe_cli.net.passes import without_layers
 
 MAX_ECHO_LAYERS = 2000
 MAX_ECHO_BYTES = 1 << 20

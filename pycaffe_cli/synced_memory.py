@@ -142,7 +142,7 @@ class SyncedMemoryView:
     """``size`` values of ``parent`` from ``offset``: a SyncedMemory whose state is the
     parent's (head, stamp, both copies), so that a write through the view is a write to
     the parent. The inference plan gives Concat's bottoms such views of its top, where each
-    bottom is one contiguous run of the top (pycaffe_cli/inference_memory.py)."""
+    bottom is one contiguous run of the top (pycaffe_cli/inference/memory.py)."""
 
     def __init__(self, parent, offset, size):
         if offset < 0 or offset + size > parent.size:

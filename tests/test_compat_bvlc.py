@@ -10,7 +10,7 @@ from google.protobuf import text_format
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from tests.cli.conftest import run_cli  # noqa: F401 (fixture)
 

@@ -191,3 +191,14 @@ def test_a_bad_input_fails_before_numba_loads():
                           timeout=60)
     assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
     assert "no/such/net.prototxt" in done.stderr
+
+
+def test_setup_cfg_installs_every_package():
+    """setup.cfg lists its packages one by one: a package folder missing there would be left
+    out of an installation (and out of make setup's links)."""
+    import configparser
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    folders = {name for name, (path, package) in MODULES.items() if package}
+    assert folders <= listed, f"packages missing from setup.cfg: {sorted(folders - listed)}"

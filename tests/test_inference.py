@@ -1,4 +1,4 @@
-"""The inference plan (pycaffe_cli/inference.py): folded and fused chains, shared blob memory,
+"""The inference plan (pycaffe_cli/inference/plan.py): folded and fused chains, shared blob memory,
 and the cases where it must give way (TRAIN nets, backward, changed weights and shapes)."""
 import numpy as np
 import pytest
@@ -6,9 +6,9 @@ from google.protobuf import text_format
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.inference import InferencePlan
-from pycaffe_cli.inference_accuracy import LAYER_BOUND, deviation
-from pycaffe_cli.net import Net
+from pycaffe_cli.inference.plan import InferencePlan
+from pycaffe_cli.inference.accuracy import LAYER_BOUND, deviation
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from tests.numerics import UNIT_ROUNDOFF
 
@@ -67,7 +67,7 @@ def copy_net(net, text):
 
 
 def plan_deviation(net, plain):
-    """The metric of the plan's stated bounds for the ``out`` blob (inference_accuracy)."""
+    """The metric of the plan's stated bounds for the ``out`` blob (inference.accuracy)."""
     return deviation(net.blob_by_name("out").data, plain.blob_by_name("out").data)
 
 

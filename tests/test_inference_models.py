@@ -1,16 +1,16 @@
 """The inference plan on every deploy model in models/: outputs and changed layers within the
-bounds pycaffe_cli/inference_accuracy.py states (raw-pixel and normal inputs), and blob memory
+bounds pycaffe_cli/inference/accuracy.py states (raw-pixel and normal inputs), and blob memory
 reused without clobbering a blob a later step still reads."""
 import os
 
 import numpy as np
 import pytest
 
-from pycaffe_cli.inference import InferencePlan
-from pycaffe_cli.inference_accuracy import LAYER_BOUND, NORMAL, OUTPUT_BOUND, PIXELS, \
+from pycaffe_cli.inference.plan import InferencePlan
+from pycaffe_cli.inference.accuracy import LAYER_BOUND, NORMAL, OUTPUT_BOUND, PIXELS, \
     capture_bottoms, deviation, fill_inputs, measure, random_weights, twin
-from pycaffe_cli.inference_fold import find_chains
-from pycaffe_cli.net import Net
+from pycaffe_cli.inference.fold import find_chains
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from tests.test_models import DEPLOY, ROOT, small_batch
 

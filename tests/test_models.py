@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.io.prototxt import read_net_param, read_solver_param
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from tests.scripts.loading import load_script
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from pycaffe_cli import net_weights
+from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_passes import filter_net, insert_splits
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.passes import filter_net, insert_splits
 from pycaffe_cli.proto import caffe_pb2
 
 TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST

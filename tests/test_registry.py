@@ -10,7 +10,7 @@ from PIL import Image
 
 from pycaffe_cli.data import db
 from pycaffe_cli.layers.base import registered_types
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
 CAFFE_TYPES = """AbsVal Accuracy ArgMax BNLL BatchNorm BatchReindex Bias Clip Concat ContrastiveLoss

@@ -18,7 +18,7 @@ from pycaffe_cli import backend, proto_echo, sizes
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import layer_class, registered_types
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
 TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST

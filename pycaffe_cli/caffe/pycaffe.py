@@ -13,11 +13,11 @@ from itertools import zip_longest
 
 import numpy as np
 
-from pycaffe_cli import net_weights
+from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.python import PyBlob as Blob
 from pycaffe_cli.log import LOG
-from pycaffe_cli.net import Net as EngineNet
+from pycaffe_cli.net.net import Net as EngineNet
 from pycaffe_cli.proto import caffe_pb2
 
 from caffe._errors import NamedDict, raising_user_errors
@@ -173,7 +173,7 @@ class Net:
                 self._plan, self._planned_names = None, set()
             if keep is not None:
                 keep = self._known_blobs(keep)
-                from pycaffe_cli.inference import InferencePlan
+                from pycaffe_cli.inference.plan import InferencePlan
                 self._plan = InferencePlan(self._net, keep)
                 self._planned_names = set(keep + self.inputs + self.outputs)
 

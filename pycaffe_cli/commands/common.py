@@ -87,7 +87,7 @@ def with_batch(param, batch):
 
 def net_from_file(path, phase, level=0, stages=(), batch=None):
     """``Net.from_file``, with the batch size set to ``batch`` (see with_batch) when given."""
-    from pycaffe_cli.net import Net
+    from pycaffe_cli.net.net import Net
     if batch is None:
         return Net.from_file(path, phase, level, stages)
     LOG.info(f"Setting the batch size to {batch} (--batch)")

@@ -80,8 +80,8 @@ def _non_negative_int(text, what):
 
 
 def _load_net(proto_file, weights_file):
-    from pycaffe_cli.net import Net
-    from pycaffe_cli.net_weights import copy_trained_layers_from
+    from pycaffe_cli.net.net import Net
+    from pycaffe_cli.net.weights import copy_trained_layers_from
     net = Net.from_file(proto_file, caffe_pb2.TEST)
     copy_trained_layers_from(net, weights_file)
     return net

@@ -21,15 +21,15 @@ def test(model, weights, iterations, gpu, level, stage, inference_plan):
     require(weights, "Need model weights to score.")
     stages = split_list(stage)
     use_single_device(gpu)
-    from pycaffe_cli.net import Net
-    from pycaffe_cli.net_weights import copy_trained_layers_from
+    from pycaffe_cli.net.net import Net
+    from pycaffe_cli.net.weights import copy_trained_layers_from
     from pycaffe_cli.proto import caffe_pb2
 
     net = Net.from_file(model, caffe_pb2.TEST, level, stages)
     copy_trained_layers_from(net, weights)
     runner = net
     if inference_plan and not net.debug_info:  # debug_info logs every layer: run them all
-        from pycaffe_cli.inference import InferencePlan
+        from pycaffe_cli.inference.plan import InferencePlan
         runner = InferencePlan(net)
         LOG.info(runner.summary())
     LOG.info(f"Running for {iterations} iterations.")

@@ -5,7 +5,7 @@ not the layer needs backward in training, and the net is assumed to feed itself 
 or Input layers whose blobs keep their contents).
 
 A pycaffe addition: a TEST-phase net in which no layer needs backward (a deploy net) runs
-forward through an inference plan (pycaffe_cli/inference.py; off with --noinference_plan).
+forward through an inference plan (pycaffe_cli/inference/plan.py; off with --noinference_plan).
 The per-layer lines keep Caffe's format: a layer folded or fused into the one before it
 reports 0 ms (its time is in that layer's line), and backward is not run (0 ms).
 """
@@ -36,7 +36,7 @@ def time(model, iterations, phase, batch, gpu, level, stage, inference_plan):
     plan = None
     if (inference_plan and net_phase == caffe_pb2.TEST
             and not any(entry.need_backward for entry in net.layer_entries)):
-        from pycaffe_cli.inference import InferencePlan
+        from pycaffe_cli.inference.plan import InferencePlan
         plan = InferencePlan(net)
         LOG.info(plan.summary() + "; backward is not run (the net needs none)")
     # A clean pass first, so allocations are done before the clock starts.

@@ -28,7 +28,7 @@ def train(solver, weights, snapshot, gpu, level, stage, sigint_effect, sighup_ef
     if snapshot and weights:
         raise CaffeError("Give a snapshot to resume training or weights to finetune but not "
                          "both.")
-    from pycaffe_cli.net_weights import copy_trained_layers_from
+    from pycaffe_cli.net.weights import copy_trained_layers_from
     from pycaffe_cli.parallel import training
     from pycaffe_cli.solvers import create_solver, read_solver
 

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from pycaffe_cli import net_weights
+from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.log import LOG
 
 _f32 = np.float32

@@ -7,10 +7,10 @@ Each net's NetState is the phase (TRAIN/TEST), merged with the net's own ``state
 the solver's ``train_state``/``test_state[i]`` (highest precedence). Net files are read relative
 to the working directory, as Caffe reads them.
 """
-from pycaffe_cli import net_weights
+from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.errors import CaffeError, located
 from pycaffe_cli.log import LOG
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.solvers.param_checks import check_test_nets
 

@@ -6,7 +6,7 @@ Solver declares (``param``, ``iter``, ``net``, ``test_nets``, ``current_step``, 
 snapshot has a pycaffe sidecar, ``run_id`` on restore. The file formats, the write order and
 the checks live in state.py and sidecar.py.
 """
-from pycaffe_cli import net_weights
+from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
 from pycaffe_cli.solvers import sidecar, state as state_io

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from pycaffe_cli import net_weights
+from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.files import atomic_write, check_output_target, read_bytes
 from pycaffe_cli.io.hdf5_image import hdf5_bytes, in_memory_hdf5

@@ -4,8 +4,8 @@ scripts/classify.py tests."""
 import numpy as np
 from PIL import Image
 
-from pycaffe_cli.net import Net as EngineNet
-from pycaffe_cli.net_weights import save_binaryproto
+from pycaffe_cli.net.net import Net as EngineNet
+from pycaffe_cli.net.weights import save_binaryproto
 from pycaffe_cli.proto import caffe_pb2
 
 CLASSES = 5

@@ -8,7 +8,7 @@ from google.protobuf import text_format
 import caffe
 from caffe import net_spec
 from caffe.net_spec import NetSpec, layers as L, params as P
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
 

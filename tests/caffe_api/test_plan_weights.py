@@ -1,12 +1,12 @@
 """caffe.Net.plan_inference sees every way weights change: writes through net.params,
 share_with, copy_from (.caffemodel and .h5), and solver steps on a net it shares with. A plan
 that kept stale folded or Winograd-transformed weights would be off by O(1); the plan's own
-rounding stays within inference_accuracy.OUTPUT_BOUND."""
+rounding stays within inference.accuracy.OUTPUT_BOUND."""
 import numpy as np
 import pytest
 
 import caffe
-from pycaffe_cli.inference_accuracy import OUTPUT_BOUND, deviation
+from pycaffe_cli.inference.accuracy import OUTPUT_BOUND, deviation
 
 # conv1 folds BatchNorm and Scale and runs Winograd (32 -> 32 channels, 16 tiles); conv2
 # keeps its own weights with a fused ReLU and runs Winograd too.

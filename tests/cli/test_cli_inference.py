@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_weights import save_binaryproto
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.weights import save_binaryproto
 from pycaffe_cli.proto import caffe_pb2
 from tests.numerics import close_to
 from tests.scripts.loading import load_script

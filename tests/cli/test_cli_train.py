@@ -100,8 +100,8 @@ def test_level_and_stage_reach_the_train_net(run_cli, make_solver):
 
 def test_finetune_copies_weights_into_train_and_test_nets(run_cli, make_solver, tmp_path):
     from tests.cli.test_cli_score import BIAS, WEIGHT
-    from pycaffe_cli.net import Net
-    from pycaffe_cli.net_weights import save_binaryproto
+    from pycaffe_cli.net.net import Net
+    from pycaffe_cli.net.weights import save_binaryproto
     net = Net.from_file(str(tmp_path / "tiny.prototxt"), caffe_pb2.TEST)
     net.layer_by_name("ip").blobs[0].data[...] = WEIGHT
     net.layer_by_name("ip").blobs[1].data[...] = BIAS
@@ -267,7 +267,7 @@ def test_sighup_effect_stop(run_cli, make_solver, tmp_path, signal_during):
 
 def test_finetune_copies_into_every_test_net(run_cli, make_solver, tmp_path, monkeypatch):
     """Caffe's CopyLayers: each weights file goes into the train net and each test net."""
-    from pycaffe_cli import net_weights
+    from pycaffe_cli.net import weights as net_weights
     copied = []
     monkeypatch.setattr(net_weights, "copy_trained_layers_from",
                         lambda net, path: copied.append((net.phase, path)))

@@ -18,8 +18,8 @@ import lmdb
 import numpy as np
 import pytest
 
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_weights import save_hdf5
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.weights import save_hdf5
 from pycaffe_cli.proto import caffe_pb2
 
 SEEDS = range(10)

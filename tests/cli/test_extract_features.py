@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_weights import save_binaryproto
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.weights import save_binaryproto
 from pycaffe_cli.proto import caffe_pb2
 from tests.db_helpers import read_db
 

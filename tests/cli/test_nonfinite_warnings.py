@@ -15,8 +15,8 @@ import pytest
 
 from pycaffe_cli.io.blob_proto import fill_blob_proto
 from pycaffe_cli.io.prototxt import write_blob_proto
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_weights import save_binaryproto, save_hdf5
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.weights import save_binaryproto, save_hdf5
 from pycaffe_cli.proto import caffe_pb2
 from tests.gpu_helpers import DEVICES
 

@@ -67,7 +67,7 @@ def test_memory_error_while_training_is_one_line(run_cli, write, monkeypatch):
 
 
 def test_memory_error_outside_a_layer_is_one_line(run_cli, write, monkeypatch):
-    from pycaffe_cli.net import Net
+    from pycaffe_cli.net.net import Net
 
     def no_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 3.00 TiB")

@@ -11,8 +11,8 @@ from pycaffe_cli.io.blob_proto import blob_proto_shape, blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_net_param, read_net_param_binary, read_solver_param
 from pycaffe_cli.io.upgrade import net_needs_upgrade, upgrade_net
 from pycaffe_cli.io.weights import read_weights
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_weights import copy_trained_layers_from
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.weights import copy_trained_layers_from
 from pycaffe_cli.proto import caffe_pb2
 
 V1 = caffe_pb2.V1LayerParameter

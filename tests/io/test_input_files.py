@@ -14,7 +14,7 @@ from pycaffe_cli.io.input_files import (PROTOTXT_LIMIT, SizeLimit, check_input_f
 from pycaffe_cli.io.path_fields import check_path_fields, path_values
 from pycaffe_cli.io.prototxt import read_solver_param
 from pycaffe_cli.io.weights import is_hdf5_weights
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
 

@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.solvers import create_solver
 from pycaffe_cli.testing import check_gradient

@@ -16,8 +16,8 @@ from google.protobuf import text_format
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.python import PyBlob
-from pycaffe_cli.net import Net
-from pycaffe_cli.net_weights import copy_trained_layers_from
+from pycaffe_cli.net.net import Net
+from pycaffe_cli.net.weights import copy_trained_layers_from
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.solvers import create_solver
 from pycaffe_cli.testing import check_gradient

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.parallel.communicator import SingleProcess
 from pycaffe_cli.parallel.gradients import (GradientReducer, broadcast_weights, plan_buckets,
                                             param_ready_layers)

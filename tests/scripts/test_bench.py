@@ -6,7 +6,7 @@ import pytest
 
 from pycaffe_cli.layers.kernels.cpu import gemm
 from pycaffe_cli.log import LOG
-from pycaffe_cli.net import Net
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 from tests.scripts.loading import load_script
 

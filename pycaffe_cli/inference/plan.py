@@ -5,12 +5,12 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
 
 * runs each convolution or inner product followed by BatchNorm / Scale / Bias layers as one
   layer with folded weights, and in CPU mode applies a ReLU after it where the layer adds
-  its bias (pycaffe_cli/inference_fold.py); the net's own layers and params are not changed
+  its bias (pycaffe_cli/inference/fold.py); the net's own layers and params are not changed
   (beyond sharing scratch buffers, below);
 * on the CPU runs 3x3 convolutions with stride 1 as Winograd F(4x4, 3x3) where that pays
   and its proven error bound is at most 16 times the GEMM's for the layer's weights
   (layers/convolution.py, kernels/cpu/winograd.py, kernels/cpu/winograd_error.py);
-* moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference_memory.py),
+* moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference/memory.py),
   makes a Concat's bottoms parts of its top where the top holds them one after the other
   (a batch of one, CPU), and lets layers with scratch buffers (convolutions' column
   buffers) share one set;
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.inference_fold import find_chains, fold, make_layer
-from pycaffe_cli.inference_memory import MemoryPlan
+from pycaffe_cli.inference.fold import find_chains, fold, make_layer
+from pycaffe_cli.inference.memory import MemoryPlan
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.sizes import blamed
 

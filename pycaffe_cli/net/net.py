@@ -5,17 +5,17 @@ Construction is a short pipeline (Caffe's Net::Init, split into named steps):
 connect bottoms/tops, set it up, register its params) -> ``_mark_backward`` (which layers and
 blobs need gradients) -> output blobs -> ``_share_weights``.
 
-What the net knows about each layer, blob and param lives in one record each (``net_entries``):
+What the net knows about each layer, blob and param lives in one record each (``entries.py``):
 ``layer_entries``, ``blob_entries``, ``param_entries`` and ``learnable_entries``.
 """
-from pycaffe_cli import net_debug
+from pycaffe_cli.net import debug as net_debug
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError, layer_error, located
 from pycaffe_cli.io.path_fields import check_path_fields
 from pycaffe_cli.layers.base import create_layer
 from pycaffe_cli.log import LOG
-from pycaffe_cli.net_entries import BlobEntry, LayerEntry, LearnableEntry, ParamEntry
-from pycaffe_cli.net_passes import filter_net, insert_splits
+from pycaffe_cli.net.entries import BlobEntry, LayerEntry, LearnableEntry, ParamEntry
+from pycaffe_cli.net.passes import filter_net, insert_splits
 from pycaffe_cli.proto_echo import net_text
 from pycaffe_cli.sizes import check_net_memory
 from pycaffe_cli.proto import caffe_pb2

@@ -16,8 +16,8 @@ table and the tests run on every model in models/.
 """
 import numpy as np
 
-from pycaffe_cli.inference import InferencePlan
-from pycaffe_cli.net import Net
+from pycaffe_cli.inference.plan import InferencePlan
+from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
 # The bounds README.md states, and the tests hold every model in models/
