@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # pycaffe's device flag for the demo: empty (CPU) or --gpu N (make demo DEVICE="--gpu 1").
 DEVICE =
 
-.PHONY: setup setup-gpu demo demo-gpu demo-mlp test test-fast test-gpu test-gpu-skips proto bench \
+.PHONY: setup setup-gpu setup-extra demo demo-gpu demo-mlp test test-fast test-gpu test-gpu-skips proto bench \
 	clean
 
 # A strict editable install links the packages' files into build/__editable__.* and puts that
@@ -69,6 +69,11 @@ test-gpu-skips: setup
 # The gpu extra (numba-cuda, CuPy) in the same virtual environment.
 setup-gpu: setup
 	$(INSTALL) '.[gpu,test]'
+
+# Another optional extra in the same virtual environment: make setup-extra EXTRA=mpi (or plot,
+# bench, draw, gpu-cu13).
+setup-extra: setup
+	$(INSTALL) '.[$(EXTRA),test]'
 
 # Regenerate proto/caffe_pb2.py from proto/caffe.proto (needs the dev extra: grpcio-tools).
 proto: setup

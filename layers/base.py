@@ -4,7 +4,9 @@ Every layer follows Caffe's fixed call order. ``setup`` (never overridden) check
 counts declared as class attributes, then calls ``layer_setup`` (read params, create learnable
 blobs), ``reshape`` (shape the tops) and finally stores the loss weights in the tops' diffs.
 ``forward`` reshapes, runs ``forward_cpu`` (or ``forward_gpu``) and returns the weighted loss;
-``backward`` runs ``backward_cpu`` (or ``backward_gpu``).
+``backward`` runs ``backward_cpu`` (or ``backward_gpu``). What the inference plan may assume
+of a layer and ask of it is a separate interface, ``InferenceHooks`` (inference_hooks.py),
+which a layer class names in ``inference_hooks``.
 """
 import contextlib
 import difflib
@@ -15,6 +17,7 @@ from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError, layer_error
 from pycaffe_cli.io.foreign import layer_type_hint
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
 from pycaffe_cli.sizes import blamed
 
 _REGISTRY = {}
@@ -98,13 +101,21 @@ def _import_all_layers():
     # spend minutes here.
     if _IMPORTED_ALL:
         return
+    import pycaffe_cli.layers as package
+    _import_modules(package, skip=("base", "kernels"))
+    _IMPORTED_ALL.append(True)
+
+
+def _import_modules(package, skip=()):
+    """Import every module of ``package`` and of its subpackages (a family of layers, such
+    as convolution/), but those named in ``skip``: importing a layer module registers it."""
     import importlib
     import pkgutil
-    import pycaffe_cli.layers as package
     for info in pkgutil.iter_modules(package.__path__):
-        if not info.ispkg and info.name != "base":
-            importlib.import_module(f"{package.__name__}.{info.name}")
-    _IMPORTED_ALL.append(True)
+        if info.name not in skip:
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            if info.ispkg:
+                _import_modules(module)
 
 
 class Layer:
@@ -126,16 +137,7 @@ class Layer:
     auto_top_blobs = False
     in_place_ok = False
     type = None
-    # What the inference plan (pycaffe_cli/inference/plan.py) may assume of a layer with bottoms:
-    # that reshape reads only the bottoms' shapes (so it need not run while they stay the
-    # same), and that the layer keeps no view of its blobs' memory from one call to the next
-    # (so the plan may move a blob into a buffer other blobs use at other times).
-    reshape_reads_values = False
-    keeps_blob_views = False
-    # Layers that keep scratch buffers between calls (a convolution's column buffer) name a
-    # family here; the inference plan runs its steps one at a time, so it lets every layer of
-    # a family use the first one's buffers (``share_workspace``).
-    workspace_family = None
+    inference_hooks = InferenceHooks  # what the inference plan may assume and ask (see there)
 
     def __init__(self, param):
         self.param = param
@@ -185,20 +187,10 @@ class Layer:
         mode (no reshape, no loss): what the inference plan calls once shapes are set."""
         return self.forward_gpu if self._use_gpu("forward") else self.forward_cpu
 
-    def inference_pass(self):
-        """What the inference plan calls instead of ``forward_pass``: the same tops, but
-        nothing kept for a backward pass that will not come. Layers whose forward keeps
-        such state (max pooling's argmax mask) return a cheaper function."""
-        return self.forward_pass()
-
-    def forget_weight_transforms(self):
-        """Drop anything computed from the weights and kept (an inference pass's transformed
-        weights): the inference plan's ``refold`` calls it after weights were written through
-        an array kept from before, which their data stamps do not see."""
-
-    def share_workspace(self, other):
-        """Use the scratch buffers of ``other``, a layer of the same ``workspace_family``
-        that never runs at the same time as this one."""
+    def inference(self):
+        """This layer's ``inference_hooks``: what the inference plan may assume of it and ask
+        of it (InferenceHooks)."""
+        return self.inference_hooks(self)
 
     def backward(self, top, propagate_down, bottom):
         try:

@@ -11,6 +11,7 @@ GPU mode: one strided block copy per bottom, each way (``pycaffe_cli/cuda/copy.p
 """
 from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
 from pycaffe_cli.layers.views import layer_axis, three_axis_view
 
 
@@ -25,12 +26,24 @@ def legacy_axis(layer, source, param, legacy_field, what):
     return layer_axis(layer, source, param.axis)
 
 
+class ConcatInferenceHooks(InferenceHooks):
+    """On the CPU, the forward-only pass has nothing to do where the inference plan made
+    every bottom a view of its run of the top (pycaffe_cli/inference/memory.py)."""
+
+    def forward_pass(self):
+        layer = self.layer
+        if layer._use_gpu("forward"):
+            return layer.forward_pass()
+        return layer._forward_unless_viewed
+
+
 @register("Concat", v1="CONCAT")
 class ConcatLayer(Layer):
     """concat_param: axis (default 1) or the legacy concat_dim, not both."""
 
     min_num_bottom = 1
     exact_num_top = 1
+    inference_hooks = ConcatInferenceHooks
 
     def layer_setup(self, bottom, top):
         param = self.param.concat_param
@@ -56,14 +69,8 @@ class ConcatLayer(Layer):
             top[0].share_data(first)
             top[0].share_diff(first)
 
-    def inference_pass(self):
-        """On the CPU, nothing to do where the inference plan made every bottom a view of
-        its run of the top (pycaffe_cli/inference/memory.py); else the forward."""
-        if self._use_gpu("forward"):
-            return self.forward_pass()
-        return self._forward_unless_viewed
-
     def _forward_unless_viewed(self, bottom, top):
+        """``forward_cpu`` unless every bottom is already a view of its run of the top."""
         offset, memory = 0, top[0].data_memory
         for blob in bottom:
             view = blob.data_memory

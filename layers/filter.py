@@ -19,6 +19,11 @@ import numpy as np
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.cuda import copy
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
+
+
+class FilterInferenceHooks(InferenceHooks):
+    reshape_reads_values = True  # the selector's values set the tops' first axis
 
 
 @register("Filter")
@@ -27,7 +32,7 @@ class FilterLayer(Layer):
 
     min_num_bottom = 2
     min_num_top = 1
-    reshape_reads_values = True  # the selector's values set the tops' first axis
+    inference_hooks = FilterInferenceHooks
 
     def layer_setup(self, bottom, top):
         if len(top) != len(bottom) - 1:

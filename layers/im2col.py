@@ -14,7 +14,7 @@ import math
 
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.base_convolution import ColumnGeometry
+from pycaffe_cli.layers.convolution.columns import ColumnGeometry
 from pycaffe_cli.layers.kernels.geometry import conv_geometry
 from pycaffe_cli.layers.views import layer_axis
 

@@ -16,9 +16,22 @@ import numpy as np
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.layers.kernels.cpu.layout import add_channel_bias_relu
 from pycaffe_cli.layers.views import layer_axis
+
+
+class InnerProductInferenceHooks(InferenceHooks):
+    """A producer of the inference plan's chains: it applies the chain's ReLU where it adds
+    the bias, in CPU mode."""
+
+    def fuse_relu(self, negative_slope):
+        self.layer._fused_relu_slope = negative_slope
+
+    @property
+    def fused_relu_slope(self):
+        return self.layer._fused_relu_slope
 
 
 @register("InnerProduct", v1="INNER_PRODUCT")
@@ -27,9 +40,10 @@ class InnerProductLayer(Layer):
 
     exact_num_bottom = 1
     exact_num_top = 1
-    # ReLU's negative slope to apply with the bias (None: none); set by the inference plan
-    # (pycaffe_cli/inference/plan.py) on its own copies, in CPU mode only.
-    fused_relu_slope = None
+    inference_hooks = InnerProductInferenceHooks
+    # ReLU's negative slope to apply with the bias (None: none): the inference plan's, on its
+    # own copies, in CPU mode only (InnerProductInferenceHooks).
+    _fused_relu_slope = None
 
     def layer_setup(self, bottom, top):
         p = self.param.inner_product_param
@@ -82,15 +96,15 @@ class InnerProductLayer(Layer):
         y = top[0].data.reshape(self.m, self.num_output)
         if self.m > 1:
             # Y^T = W X^T, then transposed: the same dot products (a BLAS kernel may sum them
-            # in another order), but OpenBLAS streams the weights 1.4-1.6x faster this way
-            # round where the batch is small (CaffeNet's fc6 at batch 10: 24 -> 17 ms).
+            # in another order), but OpenBLAS streams the weights faster this way round where
+            # the batch is small (docs/kernel-choices.md, "InnerProduct's forward").
             y_t = np.matmul(self._weight(), x.T)
             np.copyto(y, y_t.T)
         else:
             np.matmul(x, self._weight().T, out=y)
-        if self.bias_term and self.fused_relu_slope is not None:
+        if self.bias_term and self._fused_relu_slope is not None:
             add_channel_bias_relu(y.reshape(-1), self.m, self.num_output, 1,
-                                  self.blobs[1].flat_data, np.float32(self.fused_relu_slope))
+                                  self.blobs[1].flat_data, np.float32(self._fused_relu_slope))
         elif self.bias_term:
             y += self.blobs[1].data.reshape(1, -1)
 
@@ -111,7 +125,7 @@ class InnerProductLayer(Layer):
     def forward_gpu(self, bottom, top):
         from pycaffe_cli.cuda import math
         from pycaffe_cli.layers.kernels.cuda import layout
-        if self.fused_relu_slope is not None:
+        if self._fused_relu_slope is not None:
             raise NotImplementedError("InnerProduct fuses a ReLU on the CPU only")
         y = top[0].mutable_gpu_data
         math.gemm(False, not self.transpose, self.m, self.num_output, self.k, 1.0,

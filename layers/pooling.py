@@ -22,6 +22,7 @@ import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
 from pycaffe_cli.layers.kernels import geometry
 from pycaffe_cli.layers.kernels.cpu import pooling as kernels
 from pycaffe_cli.proto import caffe_pb2
@@ -41,6 +42,17 @@ def pooled_size(size, kernel, pad, stride, round_mode):
     return geometry.pool_out_size(size, kernel, pad, stride)
 
 
+class PoolingInferenceHooks(InferenceHooks):
+    """MAX pooling's forward-only pass, on the CPU, computes no argmax mask (only backward
+    reads it), unless the mask is a top of its own."""
+
+    def forward_pass(self):
+        layer = self.layer
+        if layer.method == MAX and not layer._mask_is_a_top and not layer._use_gpu("forward"):
+            return layer._max_values_cpu
+        return layer.forward_pass()
+
+
 @register("Pooling", v1="POOLING")
 class PoolingLayer(Layer):
     """pooling_param: pool, kernel_size | kernel_h + kernel_w, pad (_h/_w), stride (_h/_w),
@@ -49,6 +61,7 @@ class PoolingLayer(Layer):
     exact_num_bottom = 1
     min_num_top = 1
     max_num_top = 2
+    inference_hooks = PoolingInferenceHooks
 
     def layer_setup(self, bottom, top):
         param = self.param.pooling_param
@@ -105,14 +118,8 @@ class PoolingLayer(Layer):
             kernels.sto_pool_forward_test(x, y, _planes(self._rand),
                                           *self._window(padded=False))
 
-    def inference_pass(self):
-        """MAX pooling on the CPU without the argmax mask (only backward reads it), unless
-        the mask is a top of its own."""
-        if self.method == MAX and not self._mask_is_a_top and not self._use_gpu("forward"):
-            return self._max_values_cpu
-        return self.forward_pass()
-
     def _max_values_cpu(self, bottom, top):
+        """MAX pooling's top without the mask (PoolingInferenceHooks)."""
         kernels.max_pool_forward_values(_planes(bottom[0].data), _planes(top[0].data),
                                         *self._window())
 

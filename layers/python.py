@@ -38,6 +38,7 @@ import traceback
 
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
 
 MAX_FRAMES = 8
 
@@ -132,13 +133,17 @@ def user_traceback(error):
     return "\n".join(lines)
 
 
+class PythonInferenceHooks(InferenceHooks):
+    reshape_reads_values = True  # the user's code may (a proposal layer's box count, say)
+    keeps_blob_views = True      # ... and may keep arrays of its blobs between calls
+
+
 @register("Python")
 class PythonLayer(Layer):
     """python_param: module, layer, param_str, share_in_parallel (ignored: one process)."""
 
     in_place_ok = True   # the user's code decides, as in Caffe
-    reshape_reads_values = True  # the user's code may (a proposal layer's box count, say)
-    keeps_blob_views = True      # ... and may keep arrays of its blobs between calls
+    inference_hooks = PythonInferenceHooks
 
     def __init__(self, param):
         super().__init__(param)

@@ -16,5 +16,6 @@ def three_axis_view(array, axis):
     """``array`` reshaped to (count before axis, shape[axis], count after axis)."""
     shape = array.shape
     # math.prod, not np.prod: at batch 1 after a forward pass the caches are cold, and
-    # np.prod on a tuple took 25 us there (Softmax's whole step took 100 us).
+    # np.prod on a tuple cost a good part of a small layer's step (docs/kernel-choices.md,
+    # "Softmax rows").
     return array.reshape(math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]))

@@ -11,10 +11,10 @@ channels x channels) @ (channels x tiles)): the products go to numba's threads, 
 per thread at a time, each computed by a private, single-threaded OpenBLAS (the
 scipy-openblas32 wheel, loaded here and used by nothing else). numpy's OpenBLAS would thread
 each small product and pay for waking its threads every time; a batch spread over numba's
-threads takes 0.9 ms where np.matmul takes 1.5 ms (GoogLeNet's conv2/3x3 at batch 1). No
-thread count is ever changed: numpy's OpenBLAS keeps its settings for every other caller
-(prefetch threads, Python layers, a user's own code), and the private one runs on one thread
-from the moment it is loaded.
+threads takes less time (docs/kernel-choices.md, "Batches of small GEMMs"). No thread count
+is ever changed: numpy's OpenBLAS keeps its settings for every other caller (prefetch
+threads, Python layers, a user's own code), and the private one runs on one thread from the
+moment it is loaded.
 """
 import ctypes
 import glob
@@ -115,8 +115,8 @@ def accumulate(a, b, out):
 
 # --- the private OpenBLAS -----------------------------------------------------------------
 # Batches of fewer FLOPs than this run their products in turn on the calling thread: starting
-# numba's threads costs more than such a batch takes (Winograd batches, np.matmul / spread,
-# ms: 10.6 MFLOP 0.098 / 0.128, 43 MFLOP 0.40 / 0.32).
+# numba's threads costs more than such a batch takes (docs/kernel-choices.md, "Batches of
+# small GEMMs").
 BATCH_PARALLEL_MIN_FLOPS = 1 << 25
 # The symbol numba-compiled code calls the private cblas_sgemm by (resolved when this module
 # is imported, so kernels cached on disk find it too).

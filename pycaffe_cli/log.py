@@ -5,6 +5,7 @@ severity letter, month and day, wall time to the microsecond, thread id, source 
 line, then the message. Lines go to stderr, as Caffe's do.
 """
 import logging
+import os
 import sys
 import threading
 import time
@@ -50,8 +51,29 @@ class GlogHandler(logging.StreamHandler):
         super().handleError(record)
 
 
-def setup_logging(stream=None, level=logging.INFO):
-    """Send pycaffe's log lines to ``stream`` (stderr by default) in glog format."""
+# glog's minimum levels (0 INFO, 1 WARNING, 2 ERROR, 3 FATAL) as Python logging levels
+GLOG_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
+
+
+def glog_level(number):
+    """The logging level of glog's level ``number`` (clamped to 0..3)."""
+    return GLOG_LEVELS[min(max(int(number), 0), len(GLOG_LEVELS) - 1)]
+
+
+def environment_level():
+    """The level ``GLOG_minloglevel`` asks for, as glog reads it at start-up (INFO when unset
+    or not a number): Caffe users set it to quieten the log."""
+    try:
+        return glog_level(os.environ.get("GLOG_minloglevel", "0"))
+    except ValueError:
+        return logging.INFO
+
+
+def setup_logging(stream=None, level=None):
+    """Send pycaffe's log lines to ``stream`` (stderr by default) in glog format, from
+    ``level`` up (by default what ``GLOG_minloglevel`` says)."""
+    if level is None:
+        level = environment_level()
     handler = GlogHandler(stream or sys.stderr)
     handler.setFormatter(GlogFormatter())
     LOG.handlers[:] = [handler]

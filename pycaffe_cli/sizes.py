@@ -31,8 +31,8 @@ except ImportError:   # not on Windows
 FLOAT_BYTES = 4
 MAX_BLOB_COUNT = 2 ** 31 - 1
 MIB = 1 << 20
-# Measured on chains of 100,000 and 1,000,000 ReLU layers: parsing takes about 12 bytes per
-# byte of text, and building the net 3.3 to 4.2 KiB per layer (protobuf copies, Python objects).
+# What parsing takes per byte of text, and building the net per layer (protobuf copies, Python
+# objects): a margin above what was measured (docs/kernel-choices.md, "Memory estimates").
 PARSE_BYTES_PER_BYTE = 16
 NET_BYTES_PER_LAYER = 5 << 10
 CHECK_FROM_BYTES = 64 * MIB   # smaller needs are not worth reading /proc for

@@ -9,11 +9,15 @@
 * In the simulator every kernel launch's argument types are recorded, and the session fails
   if one is not among the signatures the PTX check compiles (tests/launch_signatures.py).
 * pycaffe_cli is imported before any test module imports numpy, so its thread settings apply.
+* GLOG_minloglevel is cleared: the tests read INFO lines.
 """
 import os
 import textwrap
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# The tests read INFO log lines: a GLOG_minloglevel the user set for their own runs must not
+# quieten them (tests of the variable set it themselves).
+os.environ.pop("GLOG_minloglevel", None)
 
 import pytest  # noqa: E402
 

@@ -145,6 +145,16 @@ def test_the_walk_finds_the_packages_and_their_imports():
     assert "pycaffe_cli.cuda" in GRAPH["pycaffe_cli.layers.relu"]  # a package it runs first
     assert "pycaffe_cli.layers" not in GRAPH["pycaffe_cli.layers.relu"]  # its own package
     assert "pycaffe_cli.cuda.memory" in GRAPH["pycaffe_cli.synced_memory"]  # in a function
+    # a family of layers as a subpackage: its modules import each other, not the package
+    assert {"pycaffe_cli.layers.convolution", "pycaffe_cli.layers.convolution.base",
+            "pycaffe_cli.layers.convolution.convolution",
+            "pycaffe_cli.layers.kernels.cpu.pooling.max_pool"} <= set(MODULES)
+    conv = GRAPH["pycaffe_cli.layers.convolution.convolution"]
+    assert "pycaffe_cli.layers.convolution.base" in conv
+    assert "pycaffe_cli.layers.convolution" not in conv  # its own package
+    # a package's __init__ that re-exports its modules (the CPU pooling kernels' twin names)
+    assert "pycaffe_cli.layers.kernels.cpu.pooling.max_pool" in \
+        GRAPH["pycaffe_cli.layers.kernels.cpu.pooling"]
 
 
 def test_strongly_connected_finds_a_cycle():
@@ -191,6 +201,18 @@ def test_a_bad_input_fails_before_numba_loads():
                           timeout=60)
     assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
     assert "no/such/net.prototxt" in done.stderr
+
+
+MAX_MODULE_LINES = 400
+GENERATED = {"pycaffe_cli.proto.caffe_pb2"}
+
+
+def test_no_module_is_over_400_lines():
+    """DESIGN.md's "modules under ~400 lines", for every module of pycaffe_cli/, layers/ and
+    proto/ (the generated protobuf module aside)."""
+    long = {name: lines for name, (path, _) in sorted(MODULES.items()) if name not in GENERATED
+            for lines in [len(path.read_text().splitlines())] if lines > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
 def test_setup_cfg_installs_every_package():

@@ -90,9 +90,9 @@ def test_a_conv_bn_scale_fold_is_the_hand_computed_one():
                                conv.blobs[0].data * a[:, None, None, None],
                                rtol=UNIT_ROUNDOFF * (1 + 1e-9))
     np.testing.assert_allclose(chain.layer.blobs[1].data, b, rtol=1e-6, atol=1e-6)
-    assert chain.layer.fused_relu_slope == 0
+    assert chain.layer.inference().fused_relu_slope == 0
     # the net's own layers are untouched
-    assert len(conv.blobs) == 2 and conv.fused_relu_slope is None
+    assert len(conv.blobs) == 2 and conv.inference().fused_relu_slope is None
 
 
 @pytest.mark.parametrize("producer", sorted(PRODUCERS))

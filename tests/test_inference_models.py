@@ -48,7 +48,7 @@ def test_the_plan_runs_every_deploy_model(name):
     check_each_step(plan, seen, folded)
     plan.forward()
     winograd = [step.layer.name for step in plan.steps
-                if hasattr(step.layer, "runs_winograd") and step.layer.runs_winograd()]
+                if step.hooks.special_path() is not None]
     if name in ("googlenet", "squeezenet1.1", "resnet50", "alexnet", "caffenet"):
         assert winograd, name  # their 3x3 layers run Winograd, even at batch 1
     bound = OUTPUT_BOUND if folded or winograd else 0.0  # else the same computations
@@ -57,7 +57,7 @@ def test_the_plan_runs_every_deploy_model(name):
         assert deviation(net.blob_by_name(blob_name).data, values) <= bound, blob_name
     assert plan.memory.buffer_count < plan.memory.moved
     assert plan.memory.after_bytes < plan.memory.before_bytes
-    convolutions = [s.layer for s in plan.steps if s.layer.workspace_family == "convolution"]
+    convolutions = [s.layer for s in plan.steps if s.hooks.workspace_family == "convolution"]
     assert len({id(layer.cpu_backend) for layer in convolutions}) == 1  # one column buffer
 
 

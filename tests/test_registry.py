@@ -25,6 +25,19 @@ def test_registry_equals_caffes_set():
     assert registered_types() == sorted(CAFFE_TYPES)
 
 
+def test_the_registry_walks_layer_families_but_not_the_kernels():
+    """A fresh process's registry holds the layers of subpackages (convolution/), and the walk
+    leaves layers/kernels to the layers that use them (kernels/cuda/pooling.py is imported
+    only where the Pooling layer runs on the GPU)."""
+    probe = ("import sys; from pycaffe_cli.layers.base import registered_types; "
+             "types = registered_types(); "
+             "print('Convolution' in types, 'Deconvolution' in types, "
+             "'pycaffe_cli.layers.kernels.cuda.pooling' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.split() == ["True", "True", "False"], done.stdout + done.stderr
+
+
 def test_pycaffe_layers_lists_the_registry():
     pycaffe = os.path.join(os.path.dirname(sys.executable), "pycaffe")
     result = subprocess.run([pycaffe, "layers"], capture_output=True, text=True, timeout=120)

@@ -5,9 +5,8 @@ layers, the mode and seed functions, ``io``, ``NetSpec``/``layers``/``params``/`
 ``Classifier``, ``Detector`` and ``proto.caffe_pb2``. Everything runs on the same engine as
 the ``pycaffe`` command line.
 """
-import os as _os
-
 from pycaffe_cli.log import LOG as _LOG
+from pycaffe_cli.log import setup_logging as _setup_logging
 
 from caffe._caffe import (NCCL, Layer, Timer, __version__, get_solver, has_nccl, init_log,
                           layer_type_list, log, set_device, set_mode_cpu, set_mode_gpu,
@@ -22,17 +21,8 @@ from caffe.classifier import Classifier
 from caffe.detector import Detector
 from caffe.net_spec import NetSpec, layers, params, to_proto
 
-
-def _glog_min_level():
-    """glog's GLOG_minloglevel (0 INFO .. 3 FATAL), which Caffe scripts set to quieten it."""
-    try:
-        return int(_os.environ.get("GLOG_minloglevel", "0"))
-    except ValueError:
-        return 0
-
-
 if not _LOG.handlers:   # Caffe logs to stderr from the start; a host's own set-up wins
-    init_log(_glog_min_level())
+    _setup_logging()  # from GLOG_minloglevel, as glog starts
 
 __all__ = ["AdaDeltaSolver", "AdaGradSolver", "AdamSolver", "Blob", "Classifier", "Detector",
            "Layer", "NCCL", "Net", "NesterovSolver", "NetSpec", "RMSPropSolver", "SGDSolver",

@@ -4,17 +4,13 @@ BVLC builds these in C++ (python/caffe/_caffe.cpp); here each is a thin call int
 ``pycaffe_cli``: the compute mode and device (``backend``), the layer registry, the solver
 registry and the glog-style log.
 """
-import logging
 import time
 
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base import registered_types
-from pycaffe_cli.log import LOG, setup_logging
+from pycaffe_cli.log import LOG, glog_level, setup_logging
 
 __version__ = "1.0.0"   # the Caffe release whose interface this is (CAFFE_VERSION)
-
-# glog's minimum levels (INFO, WARNING, ERROR, FATAL) as Python logging levels
-_GLOG_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
 
 
 def set_mode_cpu():
@@ -69,8 +65,7 @@ def layer_type_list():
 
 def init_log(level=0):
     """Send log lines to stderr in glog format from ``level`` up (0 INFO ... 3 FATAL)."""
-    level = min(max(int(level), 0), len(_GLOG_LEVELS) - 1)
-    setup_logging(level=_GLOG_LEVELS[level])
+    setup_logging(level=glog_level(level))
 
 
 def log(message):

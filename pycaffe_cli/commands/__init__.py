@@ -52,8 +52,9 @@ FLAGS = {
                                 "nets ('test', and 'time' on a TEST net that needs no "
                                 "backward) through an inference plan: BatchNorm/Scale/Bias "
                                 "folded into the convolution before them, ReLU fused, blob "
-                                "memory shared; same outputs within 1e-5 relative. Off: "
-                                "every layer runs, as in Caffe."),
+                                "memory shared, Winograd for 3x3 convolutions; outputs within "
+                                "the bounds docs/inference.md states. Off: every layer runs, "
+                                "as in Caffe."),
     "level": dict(default=0, type=int, show_default=True, help="Network level."),
     "stage": dict(default=None, metavar="STAGES",
                   help="Network stages (not to be confused with phase), separated by ','."),

@@ -6,12 +6,12 @@ input of a final Softmax, whose saturated outputs would hide differences), and f
 the plan changes, given the very input the plain layer read: each fold (a producer with the
 BatchNorm / Scale / Bias layers after it) and each Winograd layer.
 
-What is proven about those layers, for any input (README, "Inference plan"): a fold is the
+What is proven about those layers, for any input (docs/inference.md): a fold is the
 producer's own GEMM over weights computed in float64 and rounded once, so it computes within
 float32 rounding of the exact chain; a Winograd layer's error bound is at most
 winograd_error.MAX_BOUND_RATIO times the GEMM's for its weights, or the layer runs the GEMM.
 Through a whole net those per-layer differences grow with the net's own sensitivity, which
-no bound on its layers can fix for every input; ``measure`` is what BENCHMARKS.md's
+no bound on its layers can fix for every input; ``measure`` is what docs/benchmarks.md's
 table and the tests run on every model in models/.
 """
 import numpy as np
@@ -20,11 +20,9 @@ from pycaffe_cli.inference.plan import InferencePlan
 from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
-# The bounds README.md states, and the tests hold every model in models/
-# to on every BLAS kernel: measured worst 1.3e-4 per output (ResNet-50, whose 50 random layers
-# amplify any rounding difference: 9e-5 with its folds alone) and 7.7e-6 per layer, over
-# OpenBLAS's SkylakeX, Haswell and Sandybridge kernels, four seeds, pixel and normal inputs
-# (BENCHMARKS.md, scripts/plan_accuracy); the bounds leave margins of 3.8 and 2.6.
+# The bounds docs/inference.md states, and the tests hold every model in models/ to on every
+# BLAS kernel: the worst deviations measured (scripts/plan_accuracy, docs/benchmarks.md) with
+# a margin of a few times (docs/kernel-choices.md, "The inference plan's accuracy bounds").
 OUTPUT_BOUND = 5e-4
 LAYER_BOUND = 2e-5
 
@@ -95,8 +93,9 @@ def twin(net, param):
 
 
 def _layer_deviations(reference, plan, seen):
-    """{kind: worst deviation} of each changed layer ('fold', 'winograd') given the input
-    the plain net's layer read (``seen``: layer index -> its bottoms' values)."""
+    """{kind: worst deviation} of each changed layer ('fold', or the key of the special path
+    its forward-only pass takes: 'winograd') given the input the plain net's layer read
+    (``seen``: layer index -> its bottoms' values)."""
     worst = {}
     net = plan.net
     for step_index, step in enumerate(plan.steps):
@@ -104,8 +103,9 @@ def _layer_deviations(reference, plan, seen):
         kinds = []
         if chain is not None and chain.affine:
             kinds.append("fold")
-        if getattr(step.layer, "runs_winograd", lambda: False)():
-            kinds.append("winograd")
+        path = step.hooks.special_path()
+        if path is not None:
+            kinds.append(path.key)
         if not kinds:
             continue
         for index in plan.step_layers(step_index):
@@ -117,7 +117,7 @@ def _layer_deviations(reference, plan, seen):
         bottom = net.layer_entries[step.at].bottoms[0]
         bottom.data[...] = seen[step.at][0]
         top = net.blob_entries[step.top_ids[0]].blob
-        step.layer.inference_pass()([bottom], [top])
+        step.hooks.forward_pass()([bottom], [top])
         value = deviation(top.data, want)
         for kind in kinds:
             worst[kind] = max(worst.get(kind, 0.0), value)

@@ -19,9 +19,10 @@ output channel, ``w' = w a[c]``, and bias ``b' = a b_P + b`` (b_P = 0 without a 
 computed in float64 from the float32 blobs and stored as float32. The chain runs as ONE new
 layer of P's type built through the registry (P's LayerParameter with bias_term: true) that
 writes the chain's last blob directly; a fused ReLU is applied where that layer adds its
-bias (``fused_relu_slope``). A chain with a ReLU and no affine link keeps P's own weight
-blobs (P needs a bias then); a folded one has its own, recomputed whenever the blobs they
-come from change (``Chain.stale``). The net's layers and params are never modified.
+bias (its inference hooks' ``fuse_relu``). A chain with a ReLU and no affine link keeps P's
+own weight blobs (P needs a bias then); a folded one has its own, recomputed whenever the
+blobs they come from change (``Chain.stale``). The net's layers and params are never
+modified.
 """
 from dataclasses import dataclass, field
 
@@ -198,7 +199,7 @@ def make_layer(net, chain):
     layer.setup(entry.bottoms, [net.blob_entries[chain.top_id].blob])
     if chain.relu is not None:
         relu = net.layer_entries[chain.relu].layer
-        layer.fused_relu_slope = float(np.float32(relu.param.relu_param.negative_slope))
+        layer.inference().fuse_relu(float(np.float32(relu.param.relu_param.negative_slope)))
     chain.layer = layer
     fold(net, chain)
     return layer

@@ -11,10 +11,10 @@ SyncedMemory as big as the biggest class it holds.
 A class may move into a shared buffer only when every member is written by a layer with
 bottoms (not a data layer, Input, DummyData or Parameter, whose values persist), none is an
 input, output, kept blob or loss, none shares memory with a param, and no layer that touches
-it keeps views of its blobs (Python layers). The intervals are those of the net's own layer
-order too (a chain's step covers its links' positions), so the plain ``Net.forward`` still
-computes the right outputs after the plan moved the blobs; blobs the chains skip get fresh,
-unallocated memory of their own.
+it keeps views of its blobs (its inference hooks' ``keeps_blob_views``: Python layers). The
+intervals are those of the net's own layer order too (a chain's step covers its links'
+positions), so the plain ``Net.forward`` still computes the right outputs after the plan
+moved the blobs; blobs the chains skip get fresh, unallocated memory of their own.
 
 Concat without a copy: where a Concat's top holds its bottoms one after the other (nothing
 before the concat axis but a batch of one, e.g. GoogLeNet's and SqueezeNet's at batch 1), in
@@ -31,7 +31,8 @@ from pycaffe_cli.synced_memory import SyncedMemory, SyncedMemoryView
 
 class MemoryPlan:
     """Which blobs share buffers, given the plan's steps (objects with ``at``, ``layer``,
-    ``bottom_ids``, ``top_ids``) and the blob ids that must keep their own memory."""
+    ``hooks``, ``bottom_ids``, ``top_ids``) and the blob ids that must keep their own
+    memory."""
 
     def __init__(self, net, steps, protected, skipped):
         self.net = net
@@ -108,8 +109,7 @@ def _lives(net, steps, protected):
     """({blob id: [first, last] layer index}, set of blob ids that may move)."""
     lives, movable, pinned = {}, set(), set(protected)
     for step in steps:
-        layer = step.layer
-        if layer.keeps_blob_views:
+        if step.hooks.keeps_blob_views:
             pinned.update(step.bottom_ids + step.top_ids)
         for blob_id in step.bottom_ids:
             _touch(lives, blob_id, step.at, step.end)

@@ -9,23 +9,24 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
   (beyond sharing scratch buffers, below);
 * on the CPU runs 3x3 convolutions with stride 1 as Winograd F(4x4, 3x3) where that pays
   and its proven error bound is at most 16 times the GEMM's for the layer's weights
-  (layers/convolution.py, kernels/cpu/winograd.py, kernels/cpu/winograd_error.py);
+  (layers/convolution/convolution.py, kernels/cpu/winograd.py, kernels/cpu/winograd_error.py);
 * moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference/memory.py),
   makes a Concat's bottoms parts of its top where the top holds them one after the other
   (a batch of one, CPU), and lets layers with scratch buffers (convolutions' column
   buffers) share one set;
-* runs its steps as a plain list of each layer's ``inference_pass()`` (its bound
-  ``forward_cpu`` / ``forward_gpu``, or a cheaper one that keeps nothing for backward: max
-  pooling without its argmax mask): a layer's
-  reshape runs again only when shapes may have changed (the net's input shapes changed, or a
-  layer whose output shape depends on the data -- a data layer, Filter, a Python layer, any
-  loss -- produced a new shape; those run their full ``Layer.forward`` every time).
+* runs its steps as a plain list of each layer's forward-only pass (its inference hooks'
+  ``forward_pass()``, layers/inference_hooks.py: its bound ``forward_cpu`` / ``forward_gpu``,
+  or a cheaper one that keeps nothing for backward: max pooling without its argmax mask):
+  a layer's reshape runs again only when shapes may have changed (the net's input shapes
+  changed, or a layer whose output shape depends on the data -- a data layer, Filter, a
+  Python layer, any loss -- produced a new shape; those run their full ``Layer.forward``
+  every time).
 
 The net's outputs, its inputs and the blobs named in ``keep`` keep the values the plain
-``Net.forward`` gives them (folded weights and Winograd change the last bits: within 1e-5
-relative);
-other blobs' values after a forward are undefined. Folded weights are recomputed before a
-forward when a blob they come from was written through an accessor, or uses other memory
+``Net.forward`` gives them (folded weights and Winograd change the last bits, within the
+bounds accuracy.py states); other blobs' values after a forward are undefined. Folded weights
+are recomputed before a forward when a blob they come from was written through an accessor,
+or uses other memory
 (``share_data``), since (``Chain.stale``: the same stamps tell Winograd layers to transform
 their weights again); after writing weights through an array kept from before, call
 ``refold()``. A mode change (CPU/GPU) rebuilds the plan. ``Net.backward`` refuses to run
@@ -38,15 +39,16 @@ from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.inference.fold import find_chains, fold, make_layer
 from pycaffe_cli.inference.memory import MemoryPlan
 from pycaffe_cli.proto import caffe_pb2
-from pycaffe_cli.sizes import blamed
-
-MB = 1 << 20
+from pycaffe_cli.sizes import MIB, blamed
 
 
 @dataclass(slots=True, eq=False)
 class Step:
-    """One layer the plan runs: the net's, or a chain's (covering net layers at..end)."""
+    """One layer the plan runs: the net's, or a chain's (covering net layers at..end), and
+    its ``inference()`` hooks (layers/inference_hooks.py: all the plan asks of a layer beyond
+    reshape and forward)."""
     layer: object
+    hooks: object
     bottoms: list
     tops: list
     bottom_ids: list
@@ -96,12 +98,12 @@ class InferencePlan:
             make_layer(net, chain)
         self.steps = self._make_steps()
         for step in self.steps:  # a new plan transforms weights anew (see refold)
-            step.layer.forget_weight_transforms()
+            step.hooks.forget_weight_transforms()
         self._share_workspaces()
         skipped = [blob_id for chain in self.chains for blob_id in chain.skipped]
         self.memory = MemoryPlan(net, self.steps, protected, skipped)
         self._reshape_and_assign()
-        self._run = [(s.layer.forward if s.full else s.layer.inference_pass(),
+        self._run = [(s.layer.forward if s.full else s.hooks.forward_pass(),
                       s.layer.reshape, s.bottoms, s.tops, s.top_shapes if s.full else None)
                      for s in self.steps]
 
@@ -129,11 +131,11 @@ class InferencePlan:
         """One set of scratch buffers per workspace family: the steps run one at a time."""
         first = {}
         for step in self.steps:
-            family = step.layer.workspace_family
+            family = step.hooks.workspace_family
             if family is not None:
                 donor = first.setdefault(family, step.layer)
                 if donor is not step.layer:
-                    step.layer.share_workspace(donor)
+                    step.hooks.share_workspace(donor)
 
     def _reshape_and_assign(self):
         """Shape every step for the current inputs, then (re)assign the shared buffers."""
@@ -194,7 +196,7 @@ class InferencePlan:
         for chain in self.chains:
             fold(self.net, chain)
         for step in self.steps:
-            step.layer.forget_weight_transforms()
+            step.hooks.forget_weight_transforms()
 
     def release(self):
         """Stop using the plan: the moved blobs get memory of their own (their values are
@@ -235,20 +237,26 @@ class InferencePlan:
                          f"{sum(producers.values())} {'/'.join(sorted(producers))} layers")
         if relus:
             parts.append(f"fused {relus} ReLU layers")
-        winograd = sum(step.layer.runs_winograd() for step in self.steps
-                       if hasattr(step.layer, "runs_winograd"))
-        if winograd:
-            parts.append(f"ran {winograd} Convolution layers as Winograd F(4x4, 3x3)")
+        special = {}  # (layer type, special path's description): how many steps took it
+        for step in self.steps:
+            path = step.hooks.special_path()
+            if path is not None:
+                key = (step.layer.type, path.description)
+                special[key] = special.get(key, 0) + 1
+        for (kind, description), count in special.items():
+            parts.append(f"ran {count} {kind} layers as {description}")
         memory = self.memory
         if memory.joined:
             parts.append(f"{len(memory.joined)} Concat layers copy nothing (their bottoms are "
                          "parts of their tops)")
         parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers (blob memory "
-                     f"{memory.before_bytes / MB:.1f} MB -> {memory.after_bytes / MB:.1f} MB)")
+                     f"{memory.before_bytes / MIB:.1f} MB -> {memory.after_bytes / MIB:.1f} MB)")
         return "Inference plan: " + ", ".join(parts)
 
 
 def _step(layer, bottoms, tops, bottom_ids, top_ids, at, end, net):
-    full = (not bottoms or layer.reshape_reads_values
+    hooks = layer.inference()
+    full = (not bottoms or hooks.reshape_reads_values
             or any(net.blob_entries[i].loss_weight for i in top_ids))
-    return Step(layer, list(bottoms), list(tops), list(bottom_ids), list(top_ids), at, end, full)
+    return Step(layer, hooks, list(bottoms), list(tops), list(bottom_ids), list(top_ids), at,
+                end, full)

@@ -1,11 +1,11 @@
 """Fast conversion between numpy arrays and caffe.BlobProto.
 
-Going through Python floats is the slow part of big weight files: for 60M floats
-``proto.data.extend(arr.tolist())`` takes ~2.8 s, ``proto.data[:] = arr`` ~6.5 s and
-``np.array(proto.data)`` ~1.3 s. Protobuf's C parser and serialiser copy packed floats as
-raw bytes, so we hand it (and take from it) the packed wire record instead: ~0.3 s to fill
-and ~0.1 s to read the same blob. Field numbers are BlobProto's (caffe.proto): data = 5,
-diff = 6, double_data = 8, double_diff = 9, all ``[packed = true]``.
+Going through Python floats is the slow part of big weight files (``proto.data.extend``,
+``proto.data[:] = arr``, ``np.array(proto.data)``). Protobuf's C parser and serialiser copy
+packed floats as raw bytes, so we hand it (and take from it) the packed wire record instead,
+several times faster (docs/kernel-choices.md, "Weight blobs as packed records"). Field
+numbers are BlobProto's (caffe.proto): data = 5, diff = 6, double_data = 8, double_diff = 9,
+all ``[packed = true]``.
 """
 import numpy as np
 

@@ -19,10 +19,9 @@ import stat
 from typing import NamedTuple
 
 from pycaffe_cli.errors import CaffeError
-
-MIB = 1 << 20
-# Parsing a text prototxt takes about 15 times its size in memory (a 36 MB net of 500 000
-# layers needs 550 MB and 25 s); the largest published nets are below 1 MB.
+from pycaffe_cli.sizes import MIB
+# Parsing a text prototxt takes about 15 times its size in memory, and time to match
+# (docs/kernel-choices.md, "Memory estimates"); the largest published nets are below 1 MB.
 MAX_PROTOTXT_BYTES = 128 * MIB
 MAX_PROTO_BYTES = (1 << 31) - 1   # protobuf's limit (Caffe's kProtoReadBytesLimit, INT_MAX)
 MAX_LIST_BYTES = 1024 * MIB       # ImageNet's training list (1.28 M lines) is about 50 MB

@@ -17,10 +17,8 @@ from pycaffe_cli.log import LOG
 from pycaffe_cli.net.entries import BlobEntry, LayerEntry, LearnableEntry, ParamEntry
 from pycaffe_cli.net.passes import filter_net, insert_splits
 from pycaffe_cli.proto_echo import net_text
-from pycaffe_cli.sizes import check_net_memory
+from pycaffe_cli.sizes import FLOAT_BYTES, check_net_memory
 from pycaffe_cli.proto import caffe_pb2
-
-FLOAT_BYTES = 4
 
 
 class Net:

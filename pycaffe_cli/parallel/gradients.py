@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pycaffe_cli.sizes import FLOAT_BYTES
+
 DEFAULT_BUCKET_BYTES = 4 << 20
-FLOAT_BYTES = 4
 
 
 @dataclass(eq=False)

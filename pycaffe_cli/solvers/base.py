@@ -24,6 +24,7 @@ from pycaffe_cli.solvers.divergence import DivergenceWatch
 from pycaffe_cli.solvers.loop import ACTIONS, LoopMixin
 from pycaffe_cli.solvers.nets import build_test_nets, build_train_net, check_train_net_source
 from pycaffe_cli.solvers.registry import register_solver, registered_solver_types, solver_class
+from pycaffe_cli.solvers.sidecar import new_run_id
 from pycaffe_cli.solvers.snapshots import SnapshotMixin
 from pycaffe_cli.solvers.update import UpdateMixin
 
@@ -85,7 +86,7 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         LOG.info("Solver scaffolding done.")
         self.iter = 0
         self.current_step = 0
-        self.run_id = state_io.new_run_id()
+        self.run_id = new_run_id()
         self.smoothed_loss = np.float32(0)
         self._losses = []
         self._divergence = DivergenceWatch()   # one WARNING at the first non-finite loss

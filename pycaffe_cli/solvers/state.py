@@ -30,8 +30,8 @@ from pycaffe_cli.io.input_files import PROTO_LIMIT, check_input_file
 from pycaffe_cli.io.weights import blob_proto_to_array, fill_blob_proto
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
-from pycaffe_cli.solvers.sidecar import (  # noqa: F401 (new_run_id: for the Solver)
-    SIDECAR_SUFFIX, new_run_id, sha256_hex, warn_before_overwriting, write_resume_sidecar)
+from pycaffe_cli.solvers.sidecar import (SIDECAR_SUFFIX, sha256_hex, warn_before_overwriting,
+                                         write_resume_sidecar)
 from pycaffe_cli.solvers.state_checks import (check_counter, check_learned_net, hdf5_counter,
                                               hdf5_history, hdf5_string)
 

@@ -22,3 +22,15 @@ def test_console_script(tmp_path):
                          text=True, timeout=300)
     assert bad.returncode == 1
     assert bad.stderr == "pycaffe: error: Need model weights to score.\n"
+
+
+def test_glog_minloglevel_quietens_the_log(run_cli, monkeypatch, tmp_path):
+    """As Caffe's binaries read GLOG_minloglevel: 1 drops the INFO lines, not the output."""
+    net = tmp_path / "net.prototxt"
+    net.write_text('layer { name: "d" type: "DummyData" top: "d" '
+                   "dummy_data_param { shape { dim: 1 dim: 2 } } }")
+    loud = run_cli("time", "--model", net, "--iterations", "1")
+    assert loud.code == 0 and any(line.startswith("I") for line in loud.err.splitlines())
+    monkeypatch.setenv("GLOG_minloglevel", "1")
+    quiet = run_cli("time", "--model", net, "--iterations", "1")
+    assert quiet.code == 0 and not any(line.startswith("I") for line in quiet.err.splitlines())

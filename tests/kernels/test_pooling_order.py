@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.layers.kernels.cpu import pooling as kernels
+from pycaffe_cli.layers.kernels.cpu.pooling import ave_pool, max_pool
 from pycaffe_cli.layers.kernels.geometry import pool_out_size
 
 FLT_MAX = np.finfo(np.float32).max
@@ -121,7 +122,7 @@ def test_max_square_stride_2_windows_match_the_general_kernel(shape, kernel, str
     mask = np.empty(top.shape, np.int32)
     want_top, want_mask = np.empty_like(top), np.empty_like(mask)
     kernels.max_pool_forward(x, top, mask, *args(kernel, stride, pad))
-    kernels._max_pool_any(x, want_top, want_mask, *args(kernel, stride, pad))
+    max_pool._max_pool_any(x, want_top, want_mask, *args(kernel, stride, pad))
     np.testing.assert_array_equal(top.view(np.int32), want_top.view(np.int32))
     np.testing.assert_array_equal(mask, want_mask)
 
@@ -151,7 +152,7 @@ def test_global_average_sums_each_plane_in_caffe_order(planes):
     x.reshape(-1)[::211] = np.nan
     top, want = np.full((planes, 1, 1), 7, np.float32), np.empty((planes, 1, 1), np.float32)
     kernels.ave_pool_forward(x, top, 13, 11, 1, 1, 0, 0)
-    kernels._ave_pool_any(x, want, 13, 11, 1, 1, 0, 0)
+    ave_pool._ave_pool_any(x, want, 13, 11, 1, 1, 0, 0)
     np.testing.assert_array_equal(top.view(np.int32), want.view(np.int32))
     sums = [np.float32(0)] * planes
     for p in range(planes):

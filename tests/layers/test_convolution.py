@@ -5,9 +5,10 @@ import pytest
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.layers.base import create_layer
-from pycaffe_cli.layers.base_convolution_plan import Plan
+from pycaffe_cli.layers.convolution.plan import Plan
 from pycaffe_cli.testing import check_gradient
 from tests.layer_helpers import blob_of, layer_param, set_up
+from tests.layers.conv_helpers import forced_plan
 from tests.layers.conv_reference import CASES_2D, case_params, convolve
 from tests.numerics import close_to
 
@@ -39,7 +40,7 @@ def test_forward_2d(kernel, pad, stride, dilation, group, bias):
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
 
 
-# Groups of 2 channels run the DIRECT plan (base_convolution_plan.py); the GEMM plan, forced.
+# Groups of 2 channels run the DIRECT plan (layers/convolution/plan.py); the GEMM plan, forced.
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias",
                          [case for case in CASES_2D if case[4] > 1])
 def test_grouped_gemm_plan_forward_2d(kernel, pad, stride, dilation, group, bias):
@@ -48,15 +49,15 @@ def test_grouped_gemm_plan_forward_2d(kernel, pad, stride, dilation, group, bias
     x = np.random.default_rng(1).normal(size=(2, 4, 5, 6))
     layer, bottom, top = set_up(conv(text), [x])
     assert layer.plan is Plan.DIRECT
-    layer.force_plan = Plan.GEMM
-    layer.forward(bottom, top)
-    assert layer.plan is Plan.GEMM
-    expected = convolve(bottom[0].data, layer.blobs[0].data,
-                        layer.blobs[1].data if bias else None, (pad,) * 2, (stride,) * 2,
-                        (dilation,) * 2, group)
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
-    if kernel == "k3" and bias:
-        check_gradient(layer, bottom, top)
+    with forced_plan(Plan.GEMM):
+        layer.forward(bottom, top)
+        assert layer.plan is Plan.GEMM
+        expected = convolve(bottom[0].data, layer.blobs[0].data,
+                            layer.blobs[1].data if bias else None, (pad,) * 2, (stride,) * 2,
+                            (dilation,) * 2, group)
+        np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
+        if kernel == "k3" and bias:
+            check_gradient(layer, bottom, top)
 
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D)
@@ -170,7 +171,7 @@ def test_param_gradients_accumulate_and_frozen_params_are_skipped():
 
 
 def test_large_batches_run_in_blocks(monkeypatch, engine):
-    import pycaffe_cli.layers.base_convolution as base
+    import pycaffe_cli.layers.convolution.base as base
     backend.set_random_seed(0)
     x = np.random.default_rng(7).normal(size=(5, 2, 5, 5))
     monkeypatch.setattr(base, "COL_BUFFER_LIMIT", 2 * 18 * 9)   # two images per block
@@ -348,7 +349,7 @@ def test_a_layer_sharing_the_column_buffer_makes_the_columns_stale():
     dy = rng.normal(size=(2, 4, 4, 4))
     first, bottom, top = set_up(conv("kernel_size: 3 num_output: 4"), [x])
     second, other_bottom, other_top = set_up(conv("kernel_size: 3 num_output: 4"), [y])
-    second.share_workspace(first)
+    second.inference().share_workspace(first)
     weights = first.blobs[0].data.copy()
     first.forward(bottom, top)
     second.forward(other_bottom, other_top)   # overwrites the shared column buffer

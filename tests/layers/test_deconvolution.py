@@ -4,9 +4,10 @@ import pytest
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.layers.base_convolution_plan import Plan
+from pycaffe_cli.layers.convolution.plan import Plan
 from pycaffe_cli.testing import check_gradient
 from tests.layer_helpers import set_up
+from tests.layers.conv_helpers import forced_plan
 from tests.layers.conv_reference import CASES_2D, case_params, deconvolve
 
 
@@ -36,7 +37,8 @@ def test_forward_2d(kernel, pad, stride, dilation, group, bias):
     np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
 
 
-# Groups of 3 x 2 channels run the DIRECT plan (base_convolution_plan.py); the GEMM plan, forced.
+# Groups of 3 x 2 channels run the DIRECT plan (layers/convolution/plan.py); the GEMM plan,
+# forced.
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias",
                          [case for case in CASES_2D if case[4] > 1])
 def test_grouped_gemm_plan_forward_2d(kernel, pad, stride, dilation, group, bias):
@@ -45,15 +47,15 @@ def test_grouped_gemm_plan_forward_2d(kernel, pad, stride, dilation, group, bias
     x = np.random.default_rng(1).normal(size=(2, 4, 3, 4))
     layer, bottom, top = set_up(deconv(text), [x])
     assert layer.plan is Plan.DIRECT
-    layer.force_plan = Plan.GEMM
-    layer.forward(bottom, top)
-    assert layer.plan is Plan.GEMM
-    expected = deconvolve(bottom[0].data, layer.blobs[0].data,
-                          layer.blobs[1].data if bias else None, (pad,) * 2, (stride,) * 2,
-                          (dilation,) * 2, group)
-    np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
-    if kernel == "k3" and bias:
-        check_gradient(layer, bottom, top)
+    with forced_plan(Plan.GEMM):
+        layer.forward(bottom, top)
+        assert layer.plan is Plan.GEMM
+        expected = deconvolve(bottom[0].data, layer.blobs[0].data,
+                              layer.blobs[1].data if bias else None, (pad,) * 2, (stride,) * 2,
+                              (dilation,) * 2, group)
+        np.testing.assert_allclose(top[0].data, expected, rtol=1e-5, atol=1e-5)
+        if kernel == "k3" and bias:
+            check_gradient(layer, bottom, top)
 
 
 @pytest.mark.parametrize("kernel, pad, stride, dilation, group, bias", CASES_2D)
@@ -111,7 +113,7 @@ def test_nd_forward_and_gradient():
 
 
 def test_large_batches_run_in_blocks(monkeypatch):
-    import pycaffe_cli.layers.base_convolution as base
+    import pycaffe_cli.layers.convolution.base as base
     backend.set_random_seed(0)
     x = np.random.default_rng(5).normal(size=(3, 2, 3, 3))
     monkeypatch.setattr(base, "COL_BUFFER_LIMIT", 2 * 27 * 9)   # two images per block

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from pycaffe_cli import backend
-from pycaffe_cli.layers.base_convolution_plan import DIRECT_MAX_IN, DIRECT_MAX_OUT, Plan, \
+from pycaffe_cli.layers.convolution.plan import DIRECT_MAX_IN, DIRECT_MAX_OUT, Plan, \
     choose_plan
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, engine_cases
 from tests.layer_helpers import set_up
+from tests.layers.conv_helpers import forced_plan
 from tests.layers.conv_reference import convolve
 from tests.numerics import close_to
 
@@ -59,16 +60,16 @@ def set_up_case(kind, shape, params, seed=0):
 
 def run_plan(layer, bottom, top, plan, dy):
     """Forward and backward with ``plan`` forced; (top, bottom diff, param diffs)."""
-    layer.force_plan = plan
-    layer.forward(bottom, top)
-    assert layer.plan is plan
-    assert_tops_on_device(layer, top)
-    y = top[0].cpu_data.copy()
-    top[0].diff[...] = dy
-    for blob in layer.blobs:
-        blob.diff[...] = 0
-    layer.backward(top, [True], bottom)
-    return [y, bottom[0].cpu_diff.copy()] + [blob.cpu_diff.copy() for blob in layer.blobs]
+    with forced_plan(plan):
+        layer.forward(bottom, top)
+        assert layer.plan is plan
+        assert_tops_on_device(layer, top)
+        y = top[0].cpu_data.copy()
+        top[0].diff[...] = dy
+        for blob in layer.blobs:
+            blob.diff[...] = 0
+        layer.backward(top, [True], bottom)
+        return [y, bottom[0].cpu_diff.copy()] + [blob.cpu_diff.copy() for blob in layer.blobs]
 
 
 def assert_close(got, want, what):
@@ -142,22 +143,21 @@ def test_choose_plan_bounds():
 def test_forcing_direct_on_nd_windows_keeps_gemm():
     layer, bottom, top = set_up_case(CONV, (1, 4, 4, 4, 4), "num_output: 4 group: 4 "
                                      "kernel_size: 3")
-    layer.force_plan = Plan.DIRECT
-    layer.forward(bottom, top)
-    assert layer.plan is Plan.GEMM
+    with forced_plan(Plan.DIRECT):
+        layer.forward(bottom, top)
+        assert layer.plan is Plan.GEMM
 
 
 def test_forcing_the_plan_back_and_forth_reshapes(monkeypatch):
-    import pycaffe_cli.layers.base_convolution as base
+    import pycaffe_cli.layers.convolution.base as base
     monkeypatch.setattr(base, "COL_BUFFER_LIMIT", 4 * 9 * 9)  # one image per GEMM block
     layer, bottom, top = set_up_case(CONV, (3, 4, 5, 5), "num_output: 4 group: 4 "
                                      "kernel_size: 3 pad: 1")
     assert layer.blocks() == [(0, 3)]  # the DIRECT plan takes the batch in one block
-    layer.force_plan = Plan.GEMM
-    layer.forward(bottom, top)
-    assert layer.blocks() == [(0, 1), (1, 1), (2, 1)]
-    gemm = top[0].data.copy()
-    layer.force_plan = None
+    with forced_plan(Plan.GEMM):
+        layer.forward(bottom, top)
+        assert layer.blocks() == [(0, 1), (1, 1), (2, 1)]
+        gemm = top[0].data.copy()
     layer.forward(bottom, top)
     assert layer.plan is Plan.DIRECT
     assert_close(top[0].data, gemm, "top")
@@ -266,9 +266,9 @@ def test_direct_backward_computes_only_what_is_asked(weights_down, bias_down, da
         layer, bottom, top = set_up_case(*case)
         dy = np.random.default_rng(5).normal(size=top[0].shape)
         want = run_plan(layer, bottom, top, Plan.GEMM, dy)
-        layer.force_plan = Plan.DIRECT
-        layer.forward(bottom, top)
-        assert layer.plan is Plan.DIRECT
+        with forced_plan(Plan.DIRECT):
+            layer.forward(bottom, top)
+            assert layer.plan is Plan.DIRECT
         layer.param_propagate_down = [weights_down, bias_down]
         top[0].diff[...] = dy
         bottom[0].diff[...] = 7

@@ -1,15 +1,16 @@
 """The DIRECT plan on ungrouped layers with tiny windows (LeNet conv1: 1 x 5 x 5 -> 20): the
 same numbers as the GEMM plan, gradients, the weight gradient split over image slices, and
-which layers choose it (base_convolution_plan.choose_plan's group-1 rule)."""
+which layers choose it (layers/convolution/plan.py: choose_plan's group-1 rule)."""
 import numpy as np
 import pytest
 
-from pycaffe_cli.layers.base_convolution_plan import DIRECT_MAX_DEPTH, DIRECT_MAX_ROWS, \
+from pycaffe_cli.layers.convolution.plan import DIRECT_MAX_DEPTH, DIRECT_MAX_ROWS, \
     DIRECT_MIN_BATCH, Plan, choose_plan
 from pycaffe_cli.layers.kernels.cpu import depthwise
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import engine_cases
 from tests.layer_helpers import set_up
+from tests.layers.conv_helpers import forced_plan
 from tests.layers.conv_reference import convolve
 from tests.layers.test_depthwise_convolution import CONV, DECONV, assert_direct_equals_gemm, \
     layer_text, set_up_case
@@ -41,10 +42,10 @@ def test_forced_direct_equals_gemm(engine, case):
                          ids=[CASE_IDS[i] for i in (0, 2, 3, 5, 8)])
 def test_forced_direct_gradients(case):
     layer, bottom, top = set_up_case(*case, seed=3)
-    layer.force_plan = Plan.DIRECT
-    layer.reshape(bottom, top)
-    assert layer.plan is Plan.DIRECT
-    check_gradient(layer, bottom, top)
+    with forced_plan(Plan.DIRECT):
+        layer.reshape(bottom, top)
+        assert layer.plan is Plan.DIRECT
+        check_gradient(layer, bottom, top)
 
 
 def test_lenet_conv1_runs_direct_and_matches_the_window_sums():

@@ -125,7 +125,7 @@ def test_inference_pass_gives_the_max_without_the_mask(params, shape):
     assert np.all(want[0, 1] == -np.finfo(np.float32).max)
     top[0].data[...] = 7
     mask = layer._mask.copy()
-    layer.inference_pass()(bottom, top)
+    layer.inference().forward_pass()(bottom, top)
     np.testing.assert_array_equal(top[0].data, want)
     np.testing.assert_array_equal(layer._mask, mask)   # not written
 
@@ -134,9 +134,9 @@ def test_inference_pass_keeps_a_mask_top_and_the_other_methods(engine):
     x = no_ties(np.random.default_rng(0), (2, 3, 6, 5))
     for params, num_tops in (("kernel_size: 2", 2), ("kernel_size: 2 pool: AVE", 1)):
         layer, bottom, top = set_up(pooling(params), [x], num_tops=num_tops)
-        assert layer.inference_pass() == layer.forward_pass()
+        assert layer.inference().forward_pass() == layer.forward_pass()
     layer, bottom, top = set_up(pooling("kernel_size: 2"), [x])
-    assert (layer.inference_pass() == layer.forward_pass()) == (engine == "gpu")
+    assert (layer.inference().forward_pass() == layer.forward_pass()) == (engine == "gpu")
 
 
 @pytest.mark.parametrize("params", GEOMETRIES + [

@@ -1,15 +1,16 @@
 """Winograd F(4x4, 3x3) in the inference pass of Convolution: the kernels against naive
 window sums (float64) within the proven float32 bound (tests/layers/winograd_reference.py),
-which layers take it (base_convolution_plan.winograd_fits, winograd_error.fits), and when the
-transformed weights are recomputed."""
+which layers take it (layers/convolution/plan.py's winograd_fits, winograd_error.fits), and
+when the transformed weights are recomputed."""
 import numpy as np
 import pytest
 
 from pycaffe_cli import backend
-from pycaffe_cli.layers.base_convolution_plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
+from pycaffe_cli.layers.convolution.plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
     WINOGRAD_MIN_TILES, winograd_fits
 from pycaffe_cli.layers.kernels.cpu import winograd, winograd_error
 from tests.layer_helpers import set_up
+from tests.layers.conv_helpers import forced_winograd
 from tests.layers.conv_reference import convolve
 from tests.layers.winograd_reference import gemm_bound, winograd_bound
 from tests.numerics import assert_within, gamma
@@ -154,7 +155,7 @@ def inference_against_forward(layer, bottom, top):
     """(the inference pass's top, the plain forward's top)."""
     layer.forward(bottom, top)
     want = top[0].data.copy()
-    layer.inference_pass()(bottom, top)
+    layer.inference().forward_pass()(bottom, top)
     return top[0].data, want
 
 
@@ -168,7 +169,7 @@ def both_ways_bound(layer, bottom, pad=1):
 def test_inference_pass_runs_winograd_close_to_the_gemm_plan():
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
                                                     "kernel_size: 3 pad: 1")
-    assert layer.winograd_block == 32 and layer.runs_winograd()
+    assert layer.winograd_block == 32 and layer.inference().runs_winograd()
     got, want = inference_against_forward(layer, bottom, top)
     assert not np.array_equal(got, want)  # another summation: the pass did run Winograd
     assert_within(got, want, both_ways_bound(layer, bottom), "Winograd against GEMM")
@@ -186,11 +187,11 @@ def test_weights_whose_bound_is_too_high_run_the_gemm_plan():
     weights = layer.blobs[0].data
     assert winograd_error.bound_ratio(winograd.transform_weights(weights), weights) > \
         winograd_error.MAX_BOUND_RATIO
-    assert layer.winograd_block and not layer.runs_winograd()
+    assert layer.winograd_block and not layer.inference().runs_winograd()
     got, want = inference_against_forward(layer, bottom, top)
     np.testing.assert_array_equal(got, want)
     layer.blobs[0].data[...] = np.random.default_rng(2).standard_normal(weights.shape)
-    assert layer.runs_winograd()
+    assert layer.inference().runs_winograd()
 
 
 def test_fused_relu_and_a_forced_gemm_plan():
@@ -198,15 +199,15 @@ def test_fused_relu_and_a_forced_gemm_plan():
                                                     "kernel_size: 3 pad: 1")
     layer.forward(bottom, top)
     want = np.maximum(top[0].data, 0)
-    layer.fused_relu_slope = 0.0
-    layer.inference_pass()(bottom, top)
+    layer.inference().fuse_relu(0.0)
+    layer.inference().forward_pass()(bottom, top)
     assert_within(top[0].data, want, both_ways_bound(layer, bottom), "fused ReLU")
     assert top[0].data.min() == 0
-    layer.force_winograd = False
-    layer.reshape(bottom, top)
-    assert layer.winograd_block == 0
-    layer.inference_pass()(bottom, top)
-    np.testing.assert_array_equal(top[0].data, want)
+    with forced_winograd(False):
+        layer.reshape(bottom, top)
+        assert layer.winograd_block == 0
+        layer.inference().forward_pass()(bottom, top)
+        np.testing.assert_array_equal(top[0].data, want)
 
 
 @pytest.mark.parametrize("params", [
@@ -218,16 +219,16 @@ def test_fused_relu_and_a_forced_gemm_plan():
 ])
 def test_only_plain_3x3_windows_take_winograd(params):
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} {params}")
-    layer.force_winograd = True
-    layer.reshape(bottom, top)
-    assert layer.winograd_block == 0
+    with forced_winograd(True):
+        layer.reshape(bottom, top)
+        assert layer.winograd_block == 0
 
 
 def test_deconvolution_keeps_its_forward():
     layer, bottom, top = set_up(
         'name: "d" type: "Deconvolution" convolution_param { num_output: 32 kernel_size: 3 '
         'pad: 1 }', [np.ones(WINOGRAD_SHAPE)])
-    assert layer.inference_pass() == layer.forward_pass()
+    assert layer.inference().forward_pass() == layer.forward_pass()
 
 
 def test_the_rule_needs_tiles_and_channels():
@@ -241,7 +242,7 @@ def test_the_rule_needs_tiles_and_channels():
 
 
 def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
-    from pycaffe_cli.layers import convolution
+    from pycaffe_cli.layers.convolution import convolution
     monkeypatch.setattr(convolution, "COL_BUFFER_LIMIT",
                         winograd.POINTS * (WINOGRAD_MIN_IN + WINOGRAD_MIN_OUT) * 5)
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
@@ -254,7 +255,7 @@ def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
 def test_the_weight_transform_follows_the_weights():
     layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
                                                     "kernel_size: 3 pad: 1")
-    forward = layer.inference_pass()
+    forward = layer.inference().forward_pass()
     forward(bottom, top)
     layer.blobs[0].data[...] *= 2  # an accessor write: its version moves
     forward(bottom, top)
@@ -266,7 +267,7 @@ def test_the_weight_transform_follows_the_weights():
     kept[...] = 0  # through an array kept from before: not counted ...
     forward(bottom, top)
     assert np.abs(top[0].data).max() > 0
-    layer.forget_weight_transforms()  # ... until the plan's refold says so
+    layer.inference().forget_weight_transforms()  # ... until the plan's refold says so
     forward(bottom, top)
     np.testing.assert_array_equal(top[0].data, np.broadcast_to(
         layer.blobs[1].data.reshape(1, -1, 1, 1), top[0].shape))
@@ -280,5 +281,5 @@ def test_scratch_grows_only_when_winograd_runs():
     layer.forward(bottom, top)
     gemm_size = layer.mat_dim * layer.block
     assert layer.cpu_backend._mat.size == gemm_size
-    layer.inference_pass()(bottom, top)
+    layer.inference().forward_pass()(bottom, top)
     assert layer.cpu_backend._mat.size == winograd.POINTS * WINOGRAD_MIN_OUT * 32 > gemm_size

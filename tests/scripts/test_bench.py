@@ -36,8 +36,9 @@ def test_products_alone_times_every_product_of_the_pass_once(bench, lenet):
     # conv1, conv2, ip1, ip2: a forward product, a weight gradient and a data gradient each
     assert len(times) == 12 and all(t > 0 for t in times)
     assert np.matmul is matmul and gemm.gemm_accumulate is accumulate
-    from pycaffe_cli.layers import base_convolution_backend, inner_product
-    assert base_convolution_backend.gemm_accumulate is accumulate
+    from pycaffe_cli.layers import inner_product
+    from pycaffe_cli.layers.convolution import backend as convolution_backend
+    assert convolution_backend.gemm_accumulate is accumulate
     assert inner_product.gemm_accumulate is accumulate
     # a repeated product writes the same output: the pass's results are unchanged
     np.testing.assert_array_equal(net.blob_by_name("prob").data, prob)

@@ -2,9 +2,10 @@
 
 Caffe accumulates parameter gradients with ``C = A B + C``. Where numpy's OpenBLAS can be
 called directly that is one BLAS call (``pycaffe_cli.blas.accumulate``). Otherwise ``C += A @
-B`` in numpy would first write the whole product to a temporary and then read it back: for
-CaffeNet's fc6 weight gradient (151 MB) that took 22.5 ms against 9.7 ms for the product
-alone, so the fallback computes it in row blocks that keep each block's temporary in cache.
+B`` in numpy would first write the whole product to a temporary and then read it back, which
+on a large weight gradient costs more than the product itself (docs/kernel-choices.md,
+"Accumulating GEMMs"), so the fallback computes it in row blocks that keep each block's
+temporary in cache.
 """
 import numpy as np
 
@@ -13,12 +14,9 @@ from pycaffe_cli import blas
 BLOCK_ROWS = 128
 # Products with few rows out of a long sum (convolution weight gradients: output channels x
 # window, summed over the positions) run faster with the result transposed: OpenBLAS takes
-# the short side as the rows of its column-major output then. Measured, ms, as it is /
-# transposed (the copies in and out included): LeNet conv2 (50 x 500, 4,096 terms) 2.39 /
-# 1.85, CaffeNet conv1 (96 x 363, 30,250) 19.7 / 15.8, conv2 per group (128 x 1,200, 7,290)
-# 15.6 / 14.6; 384 rows (conv3) 17.4 / 19.5 and 192 (conv4) 7.2 / 7.6 lose; small sums
-# (LeNet ip2: 64 terms) gain nothing. The same dot products; a BLAS kernel may sum them in
-# another order either way round.
+# the short side as the rows of its column-major output then. More rows lose, and short sums
+# gain nothing (docs/kernel-choices.md, "Transposed weight gradients"). The same dot
+# products; a BLAS kernel may sum them in another order either way round.
 TRANSPOSED_MAX_ROWS = 128
 TRANSPOSED_MIN_TERMS = 512
 
@@ -35,7 +33,7 @@ def transposed_pays(a, b, out):
     """Whether ``gemm_accumulate`` computes ``out += a @ b`` transposed (see above): few
     rows, a long sum, and the operands laid out as a convolution's are (``a``'s rows and
     ``b``'s columns contiguous). An inner product's weight gradient (dy^T, a transposed
-    view, times x) ran 10-45% slower transposed."""
+    view, times x) ran slower transposed."""
     rows, cols = out.shape
     return (rows <= TRANSPOSED_MAX_ROWS and cols > rows and a.shape[1] >= TRANSPOSED_MIN_TERMS
             and a.strides[1] == a.itemsize and b.strides[0] == b.itemsize)

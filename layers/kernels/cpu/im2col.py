@@ -25,7 +25,8 @@ needs no atomics.
 
 All arrays are flat (1-d) C-contiguous views; pass ``blob.data.reshape(-1)``. The 2-d kernels
 index them with ``uintp`` casts: numba cannot prove a signed index non-negative, and its
-wraparound handling kept the copy loops from vectorising (5-7x slower).
+wraparound handling kept the copy loops from vectorising (docs/kernel-choices.md, "Unsigned
+indices").
 """
 import numpy as np
 from numba import njit, prange, uintp
@@ -33,9 +34,8 @@ from numba import njit, prange, uintp
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
 # Column buffers of fewer values than this are unfolded and folded on one thread: waking
-# numba's threads costs 35-55 us here. One thread / two, us, im2col and col2im: 16 x 5x5
-# windows at 14x14 (78,400 values) 34 / 56 and 20 / 73, 32 x 5x5 at 28x28 (627,200) 124 /
-# 153 and 82 / 94; two threads win from 64 x 3x3 at 56x56 (1.8M, 292 / 227 and 228 / 238).
+# numba's threads costs more than the work saved on smaller buffers (docs/kernel-choices.md,
+# "Serial below a size").
 PARALLEL_MIN = 1 << 20
 
 
@@ -188,9 +188,9 @@ def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, p
     w_ranges = _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w)
     # Job j folds plane (j % a) b + (j // a) d: in the (rows, num, P) layout the images of
     # one channel in turn, so neighbouring jobs read neighbouring stretches of each column
-    # row (image by image, each job read its own stretch of every row, far apart: 10 x 96
-    # channels at 55x55, caches cold, 5.9 -> 4.8 ms). Arithmetic, not a branch: with the
-    # order chosen by an if, LLVM made the fold 3x slower.
+    # row (taken image by image, each job read its own stretch of every row, far apart, and
+    # ran slower). Arithmetic, not a branch: with the order chosen by an if, LLVM made the
+    # fold slower (docs/kernel-choices.md, "col2im's job order").
     a, b, d = (channels, 1, channels) if batch_major else (num, channels, 1)
     if rows * num * out_h * out_w < PARALLEL_MIN:
         for job in range(num * channels):

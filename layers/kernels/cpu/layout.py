@@ -16,14 +16,14 @@ split their jobs into.
 
 Arrays are flat (1-d) C-contiguous views. Indices are cast to ``uintp``: numba cannot prove a
 signed index non-negative, and its wraparound check keeps the copy loops from vectorising
-(5-8x slower).
+(docs/kernel-choices.md, "Unsigned indices").
 """
 from numba import float32, get_num_threads, njit, prange, uintp
 
 PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: runs up to this length sum with 8 accumulators
-# Forward moves of fewer values run on one thread: waking numba's threads costs 35-55 us
-# here, more than one thread takes to stream ~2M values through the cache. ReLU(x + b) in
-# place, one thread / two, us: 193,600 values 13 / 46, 774,400 46 / 73, 3.3M 194 / 182.
+# Forward moves of fewer values run on one thread: waking numba's threads costs more than one
+# thread takes to stream ~2M values through the cache (docs/kernel-choices.md, "Serial below
+# a size").
 PARALLEL_MIN = 1 << 21
 
 

@@ -10,8 +10,8 @@ channels [c - pre_pad, c + pre_pad], pre_pad = (size - 1) / 2 (channels outside 
 Both passes keep a running window sum over channels (add the channel entering, subtract the
 one leaving), as Caffe's CrossChannelForward/Backward_cpu do, with a ``prange`` over
 (image, block of pixels) pairs. Indices are cast to ``uintp`` (numba's wraparound handling
-of signed ones kept the loops from vectorising: 2.3x slower forward, and with the ratio a
-call of its own, 5.6x slower backward).
+of signed ones kept the loops from vectorising, the backward's the more with the ratio a
+call of its own: docs/kernel-choices.md, "Unsigned indices").
 
 WITHIN_CHANNEL (Caffe composes Split, Power, AVE Pooling, Power and Eltwise PROD layers; the
 same maths here, in the same order), with a local_size x local_size window padded by pre_pad:
@@ -32,7 +32,7 @@ def _power(scale, beta, three_quarters):
     """``scale ** -beta`` in float32. For beta = 0.75 (AlexNet's, GoogLeNet's: nearly every
     LRN) as 1 / sqrt(s sqrt(s)) in float64, rounded once: the float32 power correctly
     rounded, as powf gives it (bit for bit on 6M GoogLeNet activations), but sqrt vectorises
-    and powf does not: the pass runs 5x faster."""
+    and powf does not (docs/kernel-choices.md, "LRN's power")."""
     if three_quarters:
         wide = np.float64(scale)
         return np.float32(1.0 / np.sqrt(wide * np.sqrt(wide)))

@@ -2,8 +2,8 @@
 
 Where Softmax's axis is the last one with extent over 1 (a classifier's (N, C) output), the
 numpy form of softmax_forward (layers/softmax.py) is five numpy calls, and at batch 1 each
-costs 10-25 us after a forward pass has filled the caches (x.max of 1,000 values: 27 us there,
-2 us in a loop), more than the work. These kernels do the max and the normalisation as two
+costs more than the work after a forward pass has filled the caches with other data
+(docs/kernel-choices.md, "Softmax rows"). These kernels do the max and the normalisation as two
 numba calls, with numpy's own float32 exp between them; the sum runs in numpy's pairwise
 order, so the result is the numpy form's bit for bit.
 """

@@ -35,14 +35,13 @@ TILE = 4  # output tile side
 PATCH = 6  # input patch side: TILE + 3 - 1
 POINTS = PATCH * PATCH
 # Transforms of fewer (channel, tile) pairs than this run on one thread: starting numba's
-# threads costs 35-55 us here, more than such a transform takes on one. Serial / parallel,
-# us: input 48 channels x 16 tiles 33 / 55, 32 x 49 62 / 97, 16 x 196 115 / 104-127;
-# output 192 x 16 54 / 89, 256 x 16 79-96 / 84-107, 128 x 49 106-109 / 92-118.
+# threads costs more than such a transform takes on one (docs/kernel-choices.md, "Winograd's
+# transforms").
 PARALLEL_MIN_JOBS = 6144
 # (channel, tile) pairs per block of either transform. With few tiles (a 13x13 output at
 # batch 1 has 16) one channel's 36 rows of V or M are 16 values each, far apart, and the
-# transform waits on them; several channels side by side read and write longer runs (the
-# output transform of 256 channels x 16 tiles: 89 -> 60 us; 512 x 4: 107 -> 49).
+# transform waits on them; several channels side by side read and write longer runs
+# (docs/kernel-choices.md, "Winograd's transforms").
 BLOCK_PAIRS = 128
 
 # Interpolation points 0, 1, -1, 1/2, -2 and infinity (last row/column of each matrix).
@@ -112,9 +111,9 @@ def _one_row(row):
 
 # One loop per result row: a loop writing all six rows at once has 36 pairs of streams that
 # may overlap, more than LLVM checks at run time, and where the streams' steps differ
-# (the second pass into V) it ran scalar: 3.4x slower for 196 tiles. With one result row
-# each loop vectorises. (A^T's four rows stay one loop: it vectorises, and four passes
-# would read the large M array four times: 15-60% slower.)
+# (the second pass into V) it ran scalar. With one result row each loop vectorises. (A^T's
+# four rows stay one loop: it vectorises, and four passes would read the large M array four
+# times.) The timings: docs/kernel-choices.md, "Winograd's transforms".
 _b_row0, _b_row1, _b_row2, _b_row3, _b_row4, _b_row5 = (
     _one_row(row) for row in (_b0, _b1, _b2, _b3, _b4, _b5))
 
@@ -209,7 +208,7 @@ def _input_block(im, c0, block, plane, channels, height, width, rows, cols, imag
     placed: the channels' patches side by side, so that both passes of B run over block x
     count values and write V's rows (36 of them, channels x count apart) in runs that long.
     A function of its own, not inlined into input_transform's serial and threaded loops:
-    compiled into both, its vectorised loops added ~3 s to the module's first compile."""
+    compiled into both, its vectorised loops added seconds to the module's first compile."""
     n = block * count
     patches = np.empty(POINTS * n, np.float32)
     columns = np.empty(POINTS * n, np.float32)
@@ -266,8 +265,8 @@ def _tile_corners(image_size, out_h, out_w, tiles_h, tiles_w, first, count):
 def _scatter_tiles(tiles, at, step, count, starts, heights, widths, plane_at, out_w, out):
     """out[tile t's place] = tiles[at + (a, b) step + t], the parts inside the output. Whole
     tiles take a loop of constant extent, which LLVM unrolls: the output transform ran
-    10-20% slower with the one clipped loop for every tile (64 channels x 196 tiles: 198 vs
-    163 us)."""
+    slower with the one clipped loop for every tile (docs/kernel-choices.md, "Winograd's
+    transforms")."""
     for t in range(count):
         start = plane_at + starts[t]
         if heights[t] == TILE and widths[t] == TILE:

@@ -1,6 +1,6 @@
 """Reorder (de)convolution outputs between the GEMM layout and the blob layout, on the GPU.
 
-The GEMMs of base_convolution see the output side as (C, num, P) (channels, images,
+The GEMMs of layers/convolution see the output side as (C, num, P) (channels, images,
 positions); blobs hold (num, C, P). One thread per destination element gathers its source
 element, so each kernel is a plain copy (the bias add rides along on the way out).
 """

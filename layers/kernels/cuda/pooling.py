@@ -1,7 +1,7 @@
 """Pooling on the GPU (numba.cuda): the CPU kernels' names, signatures and maths.
 
 Arrays are device arrays of planes: ``bottom`` (P, H, W), ``top`` / ``mask`` (P, PH, PW),
-P = N * C, as in ``kernels/cpu/pooling.py`` (see its module doc for the window rules). One
+P = N * C, as in ``kernels/cpu/pooling/`` (see its window.py for the window rules). One
 thread per output element; every backward pass GATHERS, one thread per input pixel visiting
 the windows that can hold it (``window_range``), so no kernel needs atomics:
 
@@ -14,16 +14,16 @@ the windows that can hold it (``window_range``), so no kernel needs atomics:
 
 Windows are visited in row-major order, the CPU kernels' order, so the float32 sums equal
 the CPU's bit for bit. MAX and AVE bodies are written here (the CPU kernels work plane by
-plane); ``window_range_py`` and the STOCHASTIC bodies are imported from the CPU module, and
-the STOCHASTIC gradient body serves MAX backward too (the argmax mask as the sampled index).
+plane); ``window_range_py`` and the STOCHASTIC bodies are imported from the CPU modules
+(window.py, sto_pool.py), and the STOCHASTIC gradient body serves MAX backward too (the argmax
+mask as the sampled index).
 """
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.layers.kernels.cpu.pooling import (FLT_MAX, sto_pool_grad_at_py,
-                                                    sto_pool_test_at_py,
-                                                    sto_pool_test_grad_at_py,
-                                                    sto_pool_train_at_py, window_range_py)
+from pycaffe_cli.layers.kernels.cpu.pooling.sto_pool import sto_pool_grad_at_py, \
+    sto_pool_test_at_py, sto_pool_test_grad_at_py, sto_pool_train_at_py
+from pycaffe_cli.layers.kernels.cpu.pooling.window import FLT_MAX, window_range_py
 from pycaffe_cli.cuda.device import device_function
 from pycaffe_cli.cuda.launch import launch
 

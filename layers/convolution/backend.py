@@ -1,6 +1,6 @@
 """The two backends of the (de)convolution plan: host numpy arrays and device arrays.
 
-``BaseConvolutionLayer`` (base_convolution.py) writes the plan once -- forward_gemm,
+``BaseConvolutionLayer`` (base.py) writes the plan once -- forward_gemm,
 backward_gemm, weight_gemm, backward_bias, with the 1x1 shortcut and grouped GEMMs -- in
 terms of the primitives below; the mode picks the backend object that runs them. Every
 array is flat (1-d, C-contiguous): a host view or a numba device array. With G groups,
@@ -15,7 +15,7 @@ array is flat (1-d, C-contiguous): a host view or a numba device array. With G g
     bias_grad:    db[c] += sum over n, p of diff (num, C, P)
 
 and, for 2-d windows whose groups make those GEMMs tiny (depthwise), the plan's DIRECT passes
-on the blob layouts, no im2col (kernels/cpu/depthwise.py and its CUDA twin)::
+on the blob layouts, no im2col (kernels/cpu/depthwise/ and its CUDA twin)::
 
     direct_forward:        mat = conv(im) (+ bias) (ReLU: CPU)  (forward_gemm)
     direct_backward_data:  im = conv^T(mat)                 (backward_gemm)

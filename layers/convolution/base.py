@@ -21,93 +21,60 @@ CPU, summing the bias gradient on the way back in, to the bit what numpy's sums 
 
 Layers whose groups make those GEMMs tiny (depthwise ones: one channel in and out per group),
 and ungrouped convolutions with a tiny window (LeNet conv1: 1 x 5 x 5 -> 20), run the DIRECT
-plan instead, chosen per layer at reshape (base_convolution_plan.py): the three passes as
-window sums on the blob layouts, no buffers, the whole batch in one block, through the
-backends' ``direct_*`` primitives (kernels/*/depthwise.py).
+plan instead, chosen per layer at reshape by ``plan.choose_plan``: the three passes as window
+sums on the blob layouts, no buffers, the whole batch in one block, through the backends'
+``direct_*`` primitives (kernels/cpu/depthwise/, kernels/cuda/depthwise.py).
 
 The plan is written once, here, over a backend object chosen by the mode: ``CpuConvBackend``
-(numpy arrays) or ``GpuConvBackend`` (device arrays), see base_convolution_backend.py. The
-GPU backend covers 2-d windows (the CUDA im2col is 2-d); N-d ones run the CPU backend,
-logged once. Subclasses write ``forward_with`` / ``backward_with`` over a backend.
+(numpy arrays) or ``GpuConvBackend`` (device arrays), see backend.py; the window's im2col and
+col2im are columns.py's. The GPU backend covers 2-d windows (the CUDA im2col is 2-d); N-d ones
+run the CPU backend, logged once. Subclasses write ``forward_with`` / ``backward_with`` over a
+backend. ``ConvolutionInferenceHooks`` is what the inference plan may ask of the family: one
+column buffer for all its layers, and a ReLU fused where forward adds the bias.
 """
 import math
-
-import numpy as np
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer
-from pycaffe_cli.layers.base_convolution_backend import CpuConvBackend, GemmDims, \
-    GpuConvBackend
-from pycaffe_cli.layers.base_convolution_plan import Plan, choose_plan
-from pycaffe_cli.layers.kernels.cpu import im2col as kernels
-from pycaffe_cli.layers.kernels.geometry import conv_geometry, conv_out_size
+from pycaffe_cli.layers.convolution import plan as rules
+from pycaffe_cli.layers.convolution.backend import CpuConvBackend, GemmDims, GpuConvBackend
+from pycaffe_cli.layers.convolution.columns import ColumnGeometry
+from pycaffe_cli.layers.convolution.plan import Plan
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
+from pycaffe_cli.layers.kernels.geometry import conv_geometry
 from pycaffe_cli.layers.views import layer_axis
 from pycaffe_cli.synced_memory import data_stamps
 
 COL_BUFFER_LIMIT = 1 << 25  # elements (128 MiB of float32) per column buffer
 
 
-class ColumnGeometry:
-    """A window (kernel, pad, stride, dilation per spatial axis) over images of one shape,
-    with im2col/col2im dispatched to the 2-d kernels or the N-d ones (as Caffe does)."""
-
-    def __init__(self, kernel, pad, stride, dilation, force_nd):
-        self.kernel, self.pad, self.stride, self.dilation = kernel, pad, stride, dilation
-        self.use_2d = len(kernel) == 2 and not force_nd
-        self._nd = [np.array(v, np.int64) for v in (kernel, pad, stride, dilation)]
-        self.channels = 0
-        self.im_shape = ()
-        self.out_shape = ()
-
-    def output_shape(self, im_shape):
-        """Per-axis output sizes for an input of spatial shape ``im_shape``."""
-        return tuple(conv_out_size(size, k, p, s, d) for size, k, p, s, d in
-                     zip(im_shape, self.kernel, self.pad, self.stride, self.dilation))
-
-    def set_image(self, channels, im_shape):
-        """Fix the unfolded image shape; returns the output (column) spatial shape."""
-        self.channels = channels
-        self.im_shape = tuple(im_shape)
-        self.out_shape = self.output_shape(im_shape)
-        self._im_nd = np.array(self.im_shape, np.int64)
-        return self.out_shape
-
-    def args_2d(self):
-        """(channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w,
-        dilation_h, dilation_w): the 2-d kernels' geometry arguments."""
-        (kh, kw), (ph, pw), (sh, sw), (dh, dw) = (self.kernel, self.pad, self.stride,
-                                                  self.dilation)
-        return (self.channels,) + self.im_shape + (kh, kw, ph, pw, sh, sw, dh, dw)
-
-    def im2col(self, im, num, col, batch_major):
-        """Unfold ``num`` images (flat ``im``) into the flat buffer ``col``."""
-        if self.use_2d:
-            kernels.im2col_batch(im, num, *self.args_2d(), col, batch_major)
-        else:
-            kernels.im2col_nd(im, num, self.channels, self._im_nd, *self._nd, col, batch_major)
-
-    def col2im(self, col, num, im, batch_major):
-        """Fold ``col`` back into ``num`` images, overwriting the flat ``im``."""
-        if self.use_2d:
-            kernels.col2im_batch(col, num, *self.args_2d(), im, batch_major)
-        else:
-            kernels.col2im_nd(col, num, self.channels, self._im_nd, *self._nd, im, batch_major)
-
-    def gpu_im2col(self, im, num, col, batch_major):
-        """``im2col`` on flat device arrays (2-d windows only: see ``use_2d``)."""
-        from pycaffe_cli.layers.kernels.cuda import im2col
-        im2col.im2col_batch(im, num, *self.args_2d(), col, batch_major)
-
-    def gpu_col2im(self, col, num, im, batch_major):
-        """``col2im`` on flat device arrays (2-d windows only)."""
-        from pycaffe_cli.layers.kernels.cuda import im2col
-        im2col.col2im_batch(col, num, *self.args_2d(), im, batch_major)
-
-
 def _drop_leading_ones(shape):
     return tuple(shape)[next((i for i, size in enumerate(shape) if size != 1), len(shape)):]
+
+
+class ConvolutionInferenceHooks(InferenceHooks):
+    """The family's inference hooks (see InferenceHooks): the plan's convolutions share one
+    column buffer, and a producer of a chain applies the chain's ReLU where it adds the bias
+    (the CPU backend only)."""
+
+    workspace_family = "convolution"
+
+    def share_workspace(self, donor):
+        """Use ``donor``'s backends, so its column and GEMM buffers."""
+        layer = self.layer
+        layer.cpu_backend = donor.cpu_backend
+        if donor._gpu_backend is None:
+            donor._gpu_backend = GpuConvBackend() if backend.mode() is backend.Mode.GPU else None
+        layer._gpu_backend = donor._gpu_backend
+
+    def fuse_relu(self, negative_slope):
+        self.layer._fused_relu_slope = negative_slope
+
+    @property
+    def fused_relu_slope(self):
+        return self.layer._fused_relu_slope
 
 
 class BaseConvolutionLayer(Layer):
@@ -119,7 +86,7 @@ class BaseConvolutionLayer(Layer):
     min_num_top = 1
     equal_num_bottom_top = True
     reverse_dimensions = False
-    workspace_family = "convolution"  # one column buffer serves a plan's convolutions
+    inference_hooks = ConvolutionInferenceHooks
 
     def compute_output_shape(self, in_shape):
         raise NotImplementedError
@@ -154,10 +121,9 @@ class BaseConvolutionLayer(Layer):
         self.param_propagate_down = [True] * len(self.blobs)
         self.cpu_backend = CpuConvBackend()
         self._gpu_backend = None
-        self.force_plan = None  # a Plan to use instead of choose_plan's (tests, timings)
-        # ReLU's negative slope to apply where forward adds the bias (None: no ReLU); set by
-        # the inference plan (pycaffe_cli/inference/plan.py) on its own copies, CPU backend only.
-        self.fused_relu_slope = None
+        # ReLU's negative slope to apply where forward adds the bias (None: no ReLU): the
+        # inference plan's, on its own copies, CPU backend only (ConvolutionInferenceHooks).
+        self._fused_relu_slope = None
         self.plan = Plan.GEMM
 
     def _check_channels(self):
@@ -229,17 +195,16 @@ class BaseConvolutionLayer(Layer):
                                  self.mat_dim * self.block)
 
     def _plan(self):
-        """``force_plan`` if set (DIRECT only where supported: 2-d windows), else the rule."""
-        use_2d = self.geometry.use_2d
-        if self.force_plan is not None:
-            return self.force_plan if use_2d else Plan.GEMM
-        # choose_plan's group-1 rule is measured for Convolution on the CPU: Deconvolution
-        # (ties and a 1.15x loss) and layers reshaped for a GPU stay on GEMM.
+        """The plan ``plan.choose_plan`` picks (looked up in its module at every call, so a
+        test can replace the rule). Its group-1 rule pays for Convolution on the CPU only:
+        Deconvolution and layers reshaped for a GPU pass batch 0 and stay on GEMM (see
+        docs/kernel-choices.md, "The DIRECT plan")."""
         cpu = backend.mode() is backend.Mode.CPU
         num = self.num if cpu and not self.reverse_dimensions else 0
-        return choose_plan(use_2d, self.group, self.conv_in_channels // self.group,
-                           self.conv_out_channels // self.group, math.prod(self.geometry.kernel),
-                           num)
+        return rules.choose_plan(self.geometry.use_2d, self.group,
+                                 self.conv_in_channels // self.group,
+                                 self.conv_out_channels // self.group,
+                                 math.prod(self.geometry.kernel), num)
 
     def blocks(self):
         """(first image, image count) of each block of the batch."""
@@ -281,13 +246,6 @@ class BaseConvolutionLayer(Layer):
         if self._gpu_backend is None:
             self._gpu_backend = GpuConvBackend()
         return self._gpu_backend
-
-    def share_workspace(self, other):
-        """Use ``other``'s backends, so its column and GEMM buffers (see Layer)."""
-        self.cpu_backend = other.cpu_backend
-        if other._gpu_backend is None:
-            other._gpu_backend = GpuConvBackend() if backend.mode() is backend.Mode.GPU else None
-        self._gpu_backend = other._gpu_backend
 
     def forward_with(self, be, bottom, top):
         raise NotImplementedError
@@ -333,7 +291,7 @@ class BaseConvolutionLayer(Layer):
         """mat (count, C_out, P) = W @ im2col(im) (+ bias), ``im`` flat input images; with
         ``skip_im2col``, the column buffer already holds im2col(im)."""
         weights = be.read_data(self.blobs[0])
-        relu = self.fused_relu_slope if bias is not None else None
+        relu = self._fused_relu_slope if bias is not None else None
         if self.plan is Plan.DIRECT:
             be.direct_forward(self.geometry, im, count, weights, self.conv_out_channels,
                               self.group, bias, mat, relu)

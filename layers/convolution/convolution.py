@@ -7,29 +7,58 @@ weights W (num_output, C / G, k_0, ..., k_{D-1}) and bias b::
 
 (x is 0 in the padding); the output size per axis is
 floor((in + 2 pad - dilation (k - 1) - 1) / stride) + 1. As GEMMs over the im2col matrix
-(see base_convolution)::
+(see base.py)::
 
     forward:   top = W @ im2col(x) + b
     backward:  dW += dtop @ im2col(x)^T,   db += sum dtop,   dx = col2im(W^T @ dtop)
 
 Several bottoms may be given; each is convolved with the same filters into its own top.
-One plan for both modes: the GEMMs run on the mode's backend (base_convolution_backend.py).
+One plan for both modes: the GEMMs run on the mode's backend (backend.py). The inference
+plan's forward-only pass may run 3x3 layers as Winograd F(4x4, 3x3) instead, on the CPU
+(``WinogradInferenceHooks``).
 """
 import math
 
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base import register
-from pycaffe_cli.layers.base_convolution import COL_BUFFER_LIMIT, BaseConvolutionLayer
-from pycaffe_cli.layers.base_convolution_plan import Plan, winograd_fits
+from pycaffe_cli.layers.convolution import plan as rules
+from pycaffe_cli.layers.convolution.base import COL_BUFFER_LIMIT, BaseConvolutionLayer, \
+    ConvolutionInferenceHooks
+from pycaffe_cli.layers.convolution.plan import Plan
+from pycaffe_cli.layers.inference_hooks import SpecialPath
 from pycaffe_cli.layers.kernels.cpu import winograd, winograd_error
 from pycaffe_cli.synced_memory import data_stamps
+
+WINOGRAD = SpecialPath("winograd", "Winograd F(4x4, 3x3)")
+
+
+class WinogradInferenceHooks(ConvolutionInferenceHooks):
+    """The family's hooks, and on the CPU, layers with a ``winograd_block`` run Winograd
+    F(4x4, 3x3) (kernels/cpu/winograd.py) where its error bound allows
+    (kernels/cpu/winograd_error.py). Training and plain forwards keep the GEMMs."""
+
+    def forward_pass(self):
+        layer = self.layer
+        if layer._use_gpu("forward"):
+            return layer.forward_pass()
+        return layer._forward_inference_cpu
+
+    def runs_winograd(self):
+        """Whether the forward-only pass runs Winograd with the current weights."""
+        return bool(self.layer.winograd_block) and self.layer._winograd_weights() is not None
+
+    def special_path(self):
+        return WINOGRAD if self.runs_winograd() else None
+
+    def forget_weight_transforms(self):
+        self.layer._winograd_key = None
 
 
 @register("Convolution", v1="CONVOLUTION")
 class ConvolutionLayer(BaseConvolutionLayer):
     """N-d convolution over the axes after ``convolution_param.axis``."""
 
-    force_winograd = None  # True / False: whether the inference pass runs Winograd (tests)
+    inference_hooks = WinogradInferenceHooks
 
     def compute_output_shape(self, in_shape):
         return self.geometry.output_shape(in_shape)
@@ -42,32 +71,23 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def _winograd_block(self):
         """Tiles per block of the inference pass's Winograd F(4x4, 3x3) (0: not used): 3x3
-        windows, stride 1, no dilation, one group, in CPU mode, where ``winograd_fits`` (or
-        ``force_winograd``) says so; as many tiles as keep its two scratch arrays within
-        COL_BUFFER_LIMIT."""
+        windows, stride 1, no dilation, one group, in CPU mode, where ``plan.winograd_fits``
+        says so (looked up in its module at every call, so a test can replace the rule); as
+        many tiles as keep its two scratch arrays within COL_BUFFER_LIMIT."""
         g = self.geometry
         plain_3x3 = (g.use_2d and g.kernel == (3, 3) and g.stride == (1, 1)
                      and g.dilation == (1, 1) and self.group == 1)
         if not plain_3x3 or backend.mode() is not backend.Mode.CPU:
             return 0
         tiles = self.num * math.prod(winograd.tile_counts(*g.out_shape))
-        wanted = self.force_winograd
-        if wanted is None:
-            wanted = winograd_fits(self.channels, self.num_output, tiles)
-        if not wanted:
+        if not rules.winograd_fits(self.channels, self.num_output, tiles):
             return 0
         per_tile = winograd.POINTS * (self.channels + self.num_output)
         return max(1, min(tiles, COL_BUFFER_LIMIT // per_tile))
 
-    def inference_pass(self):
-        """On the CPU, layers with a ``winograd_block`` run Winograd F(4x4, 3x3)
-        (kernels/cpu/winograd.py) where its error bound allows (kernels/cpu/winograd_error.py).
-        Training and plain forwards keep the GEMMs."""
-        if self._use_gpu("forward"):
-            return self.forward_pass()
-        return self._forward_inference_cpu
-
     def _forward_inference_cpu(self, bottom, top):
+        """The forward-only pass on the CPU: Winograd where the layer has a
+        ``winograd_block`` and its weights' transform fits, else ``forward_cpu``."""
         weights = self._winograd_weights() if self.winograd_block else None
         if weights is None:
             self.forward_cpu(bottom, top)
@@ -81,29 +101,22 @@ class ConvolutionLayer(BaseConvolutionLayer):
         be.columns_of = None  # the column buffer now holds Winograd's scratch
         for x, y in zip(bottom, top):
             winograd.forward(x.flat_data, self.num, self.channels, height, width, pad_h,
-                             pad_w, weights, self.num_output, bias, self.fused_relu_slope,
+                             pad_w, weights, self.num_output, bias, self._fused_relu_slope,
                              y.flat_data, v, m, block)
-
-    def runs_winograd(self):
-        """Whether the inference pass runs Winograd with the current weights."""
-        return bool(self.winograd_block) and self._winograd_weights() is not None
 
     def _winograd_weights(self):
         """The weights' Winograd transform, or None where its error bound is too far above
-        the GEMM's for these weights (winograd_error.fits, unless ``force_winograd``);
+        the GEMM's for these weights (``winograd_error.fits``, looked up in its module);
         recomputed after their blob was written or given other memory (``data_stamps``), or
-        ``forget_weight_transforms``."""
+        the hooks' ``forget_weight_transforms``."""
         key = data_stamps(self.blobs[:1])
         if getattr(self, "_winograd_key", None) != key:
             weights = self.blobs[0].cpu_data
             u = winograd.transform_weights(weights)
-            fits = self.force_winograd or winograd_error.fits(u, weights)
+            fits = winograd_error.fits(u, weights)
             self._winograd_u = u if fits else None
             self._winograd_key = key
         return self._winograd_u
-
-    def forget_weight_transforms(self):
-        self._winograd_key = None
 
     def forward_with(self, be, bottom, top):
         bias = be.read_data(self.blobs[1]) if self.bias_term else None

@@ -7,10 +7,10 @@ W (C, num_output / G, k_0, ..., k_{D-1}) for C input channels and G groups::
     backward:  dW += x @ im2col(dtop)^T,   db += sum dtop,   dx = W @ im2col(dtop)
 
 Each output axis has size stride (in - 1) + dilation (k - 1) + 1 - 2 pad. One plan for both
-modes: the GEMMs run on the mode's backend (base_convolution_backend.py).
+modes: the GEMMs run on the mode's backend (backend.py).
 """
 from pycaffe_cli.layers.base import register
-from pycaffe_cli.layers.base_convolution import BaseConvolutionLayer
+from pycaffe_cli.layers.convolution.base import BaseConvolutionLayer
 
 
 @register("Deconvolution", v1="DECONVOLUTION")
@@ -32,7 +32,7 @@ class DeconvolutionLayer(BaseConvolutionLayer):
                                    self.im_block(y_data, first, count), count)
             if self.bias_term:
                 be.add_bias(y_data, self.num, self.num_output, be.read_data(self.blobs[1]),
-                            self.fused_relu_slope)
+                            self._fused_relu_slope)
 
     def backward_with(self, be, top, propagate_down, bottom):
         weights_down = self.param_propagate_down[0]
