@@ -208,8 +208,8 @@ GENERATED = {"pycaffe_cli.proto.caffe_pb2"}
 
 
 def test_no_module_is_over_400_lines():
-    """DESIGN.md's "modules under ~400 lines", for every module of pycaffe_cli/, layers/ and
-    proto/ (the generated protobuf module aside)."""
+    """docs/architecture.md's "modules under 400 lines", for every module of pycaffe_cli/,
+    layers/ and proto/ (the generated protobuf module aside)."""
     long = {name: lines for name, (path, _) in sorted(MODULES.items()) if name not in GENERATED
             for lines in [len(path.read_text().splitlines())] if lines > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
