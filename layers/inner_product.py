@@ -17,6 +17,7 @@ from pycaffe_cli.blob import Blob
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.inference_hooks import InferenceHooks
+from pycaffe_cli import blas
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.layers.kernels.cpu.layout import add_channel_bias_relu
 from pycaffe_cli.layers.views import layer_axis
@@ -98,10 +99,11 @@ class InnerProductLayer(Layer):
             # Y^T = W X^T, then transposed: the same dot products (a BLAS kernel may sum them
             # in another order), but OpenBLAS streams the weights faster this way round where
             # the batch is small (docs/kernel-choices.md, "InnerProduct's forward").
-            y_t = np.matmul(self._weight(), x.T)
+            y_t = np.empty((self.num_output, self.m), np.float32)
+            blas.matmul(self._weight(), x.T, y_t)
             np.copyto(y, y_t.T)
         else:
-            np.matmul(x, self._weight().T, out=y)
+            blas.matmul(x, self._weight().T, y)
         if self.bias_term and self._fused_relu_slope is not None:
             add_channel_bias_relu(y.reshape(-1), self.m, self.num_output, 1,
                                   self.blobs[1].flat_data, np.float32(self._fused_relu_slope))
@@ -119,7 +121,7 @@ class InnerProductLayer(Layer):
         if self.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff.reshape(-1)[...] += dy.sum(axis=0)
         if propagate_down[0]:
-            np.matmul(dy, self._weight(), out=bottom[0].diff.reshape(self.m, self.k))
+            blas.matmul(dy, self._weight(), bottom[0].diff.reshape(self.m, self.k))
 
     # --- GPU: the same products as cuBLAS GEMMs (Caffe's inner_product_layer.cu) ----------
     def forward_gpu(self, bottom, top):

@@ -4,10 +4,13 @@ import importlib.util
 import os
 import sys
 
-# numba's OpenMP workers and OpenBLAS's workers both spin after each call by default, and on a
-# small machine each stalls the other (docs/kernel-choices.md, "Threads that wait passively").
-# These must be set before numpy loads OpenBLAS; a user's own settings win.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from pycaffe_cli import threads
+
+# One pool of threads, sized to the usable cores (pycaffe_cli/threads.py): numba reads these
+# when it loads. numpy's OpenBLAS threads, should anything call it, sleep at once after each
+# product instead of spinning beside numba's (docs/kernel-choices.md, "Threads that wait
+# passively"). A user's own settings win.
+threads.prepare_environment()
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 

@@ -1,126 +1,52 @@
-"""Two things numpy's matmul lacks: GEMM with accumulation, and a batch of small GEMMs over
-every core.
+"""pycaffe's matrix products: a private single-threaded OpenBLAS, spread over numba's threads.
 
-``accumulate(a, b, out)`` is BLAS's ``out = a b + out`` (beta = 1, as Caffe's weight gradients
-use it), called through ctypes on numpy's own OpenBLAS. ``out += a @ b`` in numpy writes the
-product to a temporary, which OpenBLAS first zeroes (its beta = 0 pass), then reads it back:
-for CaffeNet's fc6 weight gradient (151 MB) that reads and writes ``out`` twice as often.
+Every GEMM the engine's CPU layers issue (convolutions, inner products, their gradients,
+Winograd's batches) goes through ``matmul`` (``out = a @ b``) or ``accumulate`` (``out += a @
+b``, BLAS's beta = 1, as Caffe's weight gradients use it). Each product is cut into blocks of
+output rows or columns; numba's threads take blocks from a shared counter until none is left,
+each block one call to cblas_sgemm of a private OpenBLAS (the scipy-openblas32 wheel, loaded
+here, set to one thread once, used by nothing else).
 
-``matmul_batch(a, b, out)`` is ``np.matmul`` of 3-d arrays (Winograd's 36 products, (out
-channels x channels) @ (channels x tiles)): the products go to numba's threads, one product
-per thread at a time, each computed by a private, single-threaded OpenBLAS (the
-scipy-openblas32 wheel, loaded here and used by nothing else). numpy's OpenBLAS would thread
-each small product and pay for waking its threads every time; a batch spread over numba's
-threads takes less time (docs/kernel-choices.md, "Batches of small GEMMs"). No thread count
-is ever changed: numpy's OpenBLAS keeps its settings for every other caller (prefetch
-threads, Python layers, a user's own code), and the private one runs on one thread from the
-moment it is loaded.
+Why not numpy's matmul: numpy's OpenBLAS keeps a thread pool of its own beside numba's, and
+splits each product evenly between its threads. On a machine where another process wants a
+core, the thread that shares that core finishes its half late, every product waits for it,
+and the two pools take turns layer by layer (MobileNet v2 at batch 10 ran 2.2-2.5x slower with
+one busy process on a 2-core machine; with this module, see docs/benchmarks.md). Here one pool
+does all the work, and the blocks go to whichever thread is running: a descheduled thread
+simply takes fewer. numpy's OpenBLAS is never called by the engine's layers and never has its
+settings changed, so a user's own numpy code (``import caffe``) keeps its threads.
+
+A product whose operands BLAS cannot describe (a float64 array, strides in both axes) is left
+to ``np.matmul``.
 """
 import ctypes
-import glob
 import os
 
 import llvmlite.binding
+import numba
 import numpy as np
 import scipy_openblas32
 from numba import float32, njit, prange, types
+from numba.extending import intrinsic
 
-# cblas_sgemm of numpy's wheels (ILP64, then LP64 builds) and the integer type it takes.
-_SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("scipy_cblas_sgemm", ctypes.c_int32),
-                  ("cblas_sgemm64_", ctypes.c_int64))
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _FLOAT32 = np.dtype(np.float32)
-
-_state = {}
-
-
-def _numpy_openblas():
-    """Paths of the OpenBLAS libraries numpy's wheels bundle: only numpy's own folders (other
-    packages bring an OpenBLAS of their own, OpenCV's wheel does), so that ``accumulate``
-    uses the library, threads and settings numpy's products use."""
-    numpy_dir = os.path.dirname(np.__file__)
-    paths = []
-    for folder in (os.path.join(os.path.dirname(numpy_dir), "numpy.libs"),
-                   os.path.join(numpy_dir, ".dylibs")):
-        paths += sorted(glob.glob(os.path.join(folder, "*openblas*")))
-    return [path for path in paths if os.path.isfile(path)]
-
-
-def _libraries():
-    """numpy's OpenBLAS libraries, loaded (each once)."""
-    if "libraries" not in _state:
-        _state["libraries"] = []
-        for path in _numpy_openblas():
-            try:
-                _state["libraries"].append(ctypes.CDLL(path))
-            except OSError:
-                continue
-    return _state["libraries"]
-
-
-def _sgemm():
-    """(cblas_sgemm, its integer type) of numpy's OpenBLAS, or None."""
-    if "sgemm" not in _state:
-        _state["sgemm"] = None
-        for library in _libraries():
-            for name, integer in _SGEMM_SYMBOLS:
-                if hasattr(library, name):
-                    function = getattr(library, name)
-                    function.restype = None
-                    function.argtypes = [ctypes.c_int] * 3 + [integer] * 3 + [
-                        ctypes.c_float, ctypes.c_void_p, integer, ctypes.c_void_p, integer,
-                        ctypes.c_float, ctypes.c_void_p, integer]
-                    _state["sgemm"] = (function, integer)
-                    return _state["sgemm"]
-    return _state["sgemm"]
-
-
-def _operand(x):
-    """(transposed, leading dimension) that describe the float32 matrix ``x`` to BLAS
-    (row-major), or None where its strides fit neither way."""
-    rows, cols = x.shape
-    unit = _FLOAT32.itemsize
-    row_step, col_step = x.strides
-    if (cols == 1 or col_step == unit) and (rows == 1 or (
-            row_step % unit == 0 and row_step // unit >= cols)):
-        return False, max(cols, 1, row_step // unit if rows > 1 else 0)
-    if (rows == 1 or row_step == unit) and (cols == 1 or (
-            col_step % unit == 0 and col_step // unit >= rows)):
-        return True, max(rows, 1, col_step // unit if cols > 1 else 0)
-    return None
-
-
-def accumulate(a, b, out):
-    """``out += a @ b`` as one BLAS call with beta = 1, for 2-d float32 arrays (``out``
-    row-major). Returns False, and leaves ``out`` alone, where numpy's OpenBLAS cannot be
-    called or an operand's strides do not suit it; the caller then computes it otherwise."""
-    sgemm = _sgemm()
-    if sgemm is None or not all(x.ndim == 2 and x.dtype == _FLOAT32 for x in (a, b, out)):
-        return False
-    (rows, depth), cols = a.shape, b.shape[1]
-    if b.shape[0] != depth or out.shape != (rows, cols):
-        raise ValueError(f"accumulate: shapes {a.shape} @ {b.shape} do not give {out.shape}")
-    if rows == 0 or cols == 0 or depth == 0:
-        return True
-    layouts = [_operand(x) for x in (a, b, out)]
-    if None in layouts or layouts[2][0] or not out.flags.writeable:
-        return False
-    function, integer = sgemm
-    (trans_a, lda), (trans_b, ldb), (_, ldc) = layouts
-    function(_ROW_MAJOR, _TRANS if trans_a else _NO_TRANS, _TRANS if trans_b else _NO_TRANS,
-             integer(rows), integer(cols), integer(depth), 1.0, a.ctypes.data, integer(lda),
-             b.ctypes.data, integer(ldb), 1.0, out.ctypes.data, integer(ldc))
-    return True
-
-
-# --- the private OpenBLAS -----------------------------------------------------------------
-# Batches of fewer FLOPs than this run their products in turn on the calling thread: starting
-# numba's threads costs more than such a batch takes (docs/kernel-choices.md, "Batches of
-# small GEMMs").
-BATCH_PARALLEL_MIN_FLOPS = 1 << 25
+_UNIT = _FLOAT32.itemsize
+# Products of fewer FLOPs than this run on the calling thread: waking numba's threads costs
+# about as much (docs/kernel-choices.md, "Spreading a product").
+SPREAD_MIN_FLOPS = 1 << 22
+# Products of at least this many FLOPs a thread go in two blocks a thread, so that a thread
+# held up by another process leaves part of its share to the others; smaller ones in one
+# block a thread. More blocks cost more than they balance: each block packs again the operand
+# it shares with the others (docs/kernel-choices.md, "Spreading a product").
+BALANCE_MIN_FLOPS = 1 << 23
+# Block sides are multiples of this (OpenBLAS's single-precision micro-kernels work on 4 to
+# 16 rows or columns at a time).
+BLOCK_ALIGN = 4
 # The symbol numba-compiled code calls the private cblas_sgemm by (resolved when this module
 # is imported, so kernels cached on disk find it too).
 _PRIVATE_SGEMM = "pycaffe_private_cblas_sgemm"
+_PRIVATE_SGEMV = "pycaffe_private_cblas_sgemv"
 
 
 def _load_private_openblas():
@@ -131,8 +57,9 @@ def _load_private_openblas():
                    and name.endswith((".so", ".dylib", ".dll")))
     library = ctypes.CDLL(os.path.join(folder, names[0]))
     library.scipy_openblas_set_num_threads(1)
-    address = ctypes.cast(library.scipy_cblas_sgemm, ctypes.c_void_p).value
-    llvmlite.binding.add_symbol(_PRIVATE_SGEMM, address)
+    for symbol, function in ((_PRIVATE_SGEMM, library.scipy_cblas_sgemm),
+                             (_PRIVATE_SGEMV, library.scipy_cblas_sgemv)):
+        llvmlite.binding.add_symbol(symbol, ctypes.cast(function, ctypes.c_void_p).value)
     return library
 
 
@@ -141,41 +68,160 @@ _PRIVATE = _load_private_openblas()
 # the pointers passed as pointer-sized integers (the same registers in the C calling
 # convention) so that arrays' ``ctypes.data`` can be handed over.
 _int, _pointer = types.int32, types.intp
-_private_sgemm = types.ExternalFunction(_PRIVATE_SGEMM, types.void(
+_sgemm = types.ExternalFunction(_PRIVATE_SGEMM, types.void(
     _int, _int, _int, _int, _int, _int, types.float32, _pointer, _int, _pointer, _int,
     types.float32, _pointer, _int))
+# cblas_sgemv(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy): a product with one
+# row or one column, which OpenBLAS's sgemm runs several times slower.
+_sgemv = types.ExternalFunction(_PRIVATE_SGEMV, types.void(
+    _int, _int, _int, _int, types.float32, _pointer, _int, _pointer, _int, types.float32,
+    _pointer, _int))
+
+
+@intrinsic
+def _take_next(typingctx, counter):
+    """counter[0] += 1 atomically; the value before (numba has no CPU atomics of its own)."""
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        one = context.get_constant(types.int64, 1)
+        return builder.atomic_rmw("add", array.data, one, "monotonic")
+    return types.int64(counter), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ceil(x, y):
+    return -(-x // y)
 
 
 @njit(cache=True, nogil=True)
-def _product(a, b, out):
-    """out = a @ b (2-d, C-contiguous float32) on the private OpenBLAS, this thread only."""
-    rows, depth = a.shape
-    cols = b.shape[1]
-    _private_sgemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, rows, cols, depth, float32(1),
-                   a.ctypes.data, depth, b.ctypes.data, cols, float32(0), out.ctypes.data,
-                   cols)
+def _layout(rows, cols, row_stride, col_stride):
+    """(BLAS transpose flag, leading dimension) of a rows x cols float32 matrix with these
+    byte strides, for a row-major cblas call; (0, 0) where BLAS cannot read it."""
+    if (cols == 1 or col_stride == 4) and (rows == 1 or row_stride % 4 == 0):
+        lead = row_stride // 4 if rows > 1 else cols
+        if lead >= cols:
+            return _NO_TRANS, max(lead, 1)
+    if (rows == 1 or row_stride == 4) and (cols == 1 or col_stride % 4 == 0):
+        lead = col_stride // 4 if cols > 1 else rows
+        if lead >= rows:
+            return _TRANS, max(lead, 1)
+    return 0, 0
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _batch(a, b, out, parallel):
-    if parallel:
-        for i in prange(out.shape[0]):
-            _product(a[i], b[i], out[i])
+@njit(cache=True, nogil=True)
+def _blocks(m, n, k, products, workers):
+    """(rows a block, columns a block) of each product, for ``workers`` threads: one or two
+    blocks a thread in all (see BALANCE_MIN_FLOPS), cut along the output's rows where b
+    (which every block of rows packs again) is the smaller operand, along its columns where
+    a is."""
+    flops = 2 * products * m * n * k
+    wanted = workers * (2 if flops >= BALANCE_MIN_FLOPS * workers else 1)
+    pieces = _ceil(wanted, products)
+    if pieces == 1:
+        return m, n
+    if (k * n <= m * k and m >= pieces * BLOCK_ALIGN) or n < pieces * BLOCK_ALIGN:
+        return min(m, _ceil(_ceil(m, pieces), BLOCK_ALIGN) * BLOCK_ALIGN), n
+    return m, min(n, _ceil(_ceil(n, pieces), BLOCK_ALIGN) * BLOCK_ALIGN)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _step(x, axis):
+    """The byte step between x's products along a leading axis: 0 where it is broadcast."""
+    return 0 if x.shape[axis] == 1 else x.strides[axis]
+
+
+@njit(cache=True, nogil=True)
+def _block(j, a, b, out, beta, block_m, block_n, trans_a, lda, trans_b, ldb, ldc):
+    """Compute block ``j`` of out = a @ b + beta out, for 4-d (outer, inner, rows, columns)
+    float32 arrays whose leading axes broadcast, in blocks of block_m x block_n."""
+    m, n, k = out.shape[2], out.shape[3], a.shape[3]
+    down, across = _ceil(m, block_m), _ceil(n, block_n)
+    p, rest = j // (down * across), j % (down * across)
+    outer, inner = p // out.shape[1], p % out.shape[1]
+    r0, c0 = (rest // across) * block_m, (rest % across) * block_n
+    rows, cols = min(block_m, m - r0), min(block_n, n - c0)
+    pa = (a.ctypes.data + outer * _step(a, 0) + inner * _step(a, 1) + r0 * a.strides[2])
+    pb = (b.ctypes.data + outer * _step(b, 0) + inner * _step(b, 1) + c0 * b.strides[3])
+    pc = (out.ctypes.data + outer * out.strides[0] + inner * out.strides[1]
+          + r0 * out.strides[2] + c0 * out.strides[3])
+    if m == 1:      # out row = b^T a row: b read as (k x n) row-major, or transposed
+        if trans_b == _NO_TRANS:
+            _sgemv(_ROW_MAJOR, _TRANS, k, cols, float32(1), pb, ldb, pa, a.strides[3] // 4,
+                   beta, pc, out.strides[3] // 4)
+        else:
+            _sgemv(_ROW_MAJOR, _NO_TRANS, cols, k, float32(1), pb, ldb, pa,
+                   a.strides[3] // 4, beta, pc, out.strides[3] // 4)
+    elif n == 1:    # out column = a b column
+        if trans_a == _NO_TRANS:
+            _sgemv(_ROW_MAJOR, _NO_TRANS, rows, k, float32(1), pa, lda, pb, b.strides[2] // 4,
+                   beta, pc, out.strides[2] // 4)
+        else:
+            _sgemv(_ROW_MAJOR, _TRANS, k, rows, float32(1), pa, lda, pb, b.strides[2] // 4,
+                   beta, pc, out.strides[2] // 4)
     else:
-        for i in range(out.shape[0]):
-            _product(a[i], b[i], out[i])
+        _sgemm(_ROW_MAJOR, trans_a, trans_b, rows, cols, k, float32(1), pa, lda, pb, ldb,
+               beta, pc, ldc)
 
 
-def matmul_batch(a, b, out):
-    """``np.matmul(a, b, out=out)`` for C-contiguous 3-d float32 arrays, each product on one
-    of numba's threads (see the module docstring)."""
-    count, rows, depth = a.shape
-    if b.shape != (count, depth, out.shape[2]) or out.shape[:2] != (count, rows):
-        raise ValueError(f"matmul_batch: shapes {a.shape} @ {b.shape} do not give {out.shape}")
-    if not all(x.dtype == _FLOAT32 and x.flags.c_contiguous for x in (a, b, out)):
+@njit(cache=True, nogil=True, parallel=True)
+def _gemm(a, b, out, beta, workers):
+    """out = a @ b + beta out for 4-d float32 arrays (see ``_block``); False where BLAS cannot
+    read them. Small products run on this thread; larger ones in blocks that numba's threads
+    take from a shared counter until none is left."""
+    m, n, k = out.shape[2], out.shape[3], a.shape[3]
+    trans_a, lda = _layout(m, k, a.strides[2], a.strides[3])
+    trans_b, ldb = _layout(k, n, b.strides[2], b.strides[3])
+    trans_c, ldc = _layout(m, n, out.strides[2], out.strides[3])
+    if lda == 0 or ldb == 0 or trans_c != _NO_TRANS:
+        return False
+    products = out.shape[0] * out.shape[1]
+    beta32 = float32(beta)
+    if workers < 2 or 2 * products * m * n * k < SPREAD_MIN_FLOPS:
+        for j in range(products):
+            _block(j, a, b, out, beta32, m, n, trans_a, lda, trans_b, ldb, ldc)
+        return True
+    block_m, block_n = _blocks(m, n, k, products, workers)
+    total = products * _ceil(m, block_m) * _ceil(n, block_n)
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        j = _take_next(counter)
+        while j < total:
+            _block(j, a, b, out, beta32, block_m, block_n, trans_a, lda, trans_b, ldb, ldc)
+            j = _take_next(counter)
+    return True
+
+
+def _four_d(x):
+    return x.reshape((1,) * (4 - x.ndim) + x.shape) if x.ndim < 4 else x
+
+
+def _run(a, b, out, beta, name):
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if (a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]
+            or out.shape != lead + (a.shape[-2], b.shape[-1])):
+        raise ValueError(f"{name}: shapes {a.shape} @ {b.shape} do not give {out.shape}")
+    if (out.ndim > 4 or any(x.dtype != _FLOAT32 for x in (a, b, out))
+            or not out.flags.writeable):
+        return False
+    if out.size == 0:
+        return True
+    if a.shape[-1] == 0:
+        if beta == 0:
+            out[...] = 0
+        return True
+    return _gemm(_four_d(a), _four_d(b), _four_d(out), beta, numba.get_num_threads())
+
+
+def matmul(a, b, out):
+    """``np.matmul(a, b, out=out)`` for float32 matrices or stacks of them (leading axes
+    broadcast, at most two), on the private OpenBLAS across numba's threads (the module
+    docstring); other operands go to ``np.matmul``."""
+    if not _run(a, b, out, 0, "matmul"):
         np.matmul(a, b, out=out)
-        return
-    if depth == 0:
-        out[...] = 0
-        return
-    _batch(a, b, out, 2 * out.size * depth >= BATCH_PARALLEL_MIN_FLOPS)
+
+
+def accumulate(a, b, out):
+    """``out += a @ b`` for float32 matrices or stacks, as one BLAS product with beta = 1
+    (``out`` read and written once, no temporary). Returns False, and leaves ``out`` alone,
+    where BLAS cannot take the operands; the caller then computes it otherwise."""
+    return _run(a, b, out, 1, "accumulate")

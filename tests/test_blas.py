@@ -1,136 +1,79 @@
-"""matmul_batch: a batch of GEMMs over numba's threads on the private single-threaded
-OpenBLAS, no thread count changed; accumulate: one BLAS call with beta = 1."""
+"""pycaffe_cli/blas.py: products on the private single-threaded OpenBLAS, on the calling
+thread or in blocks over numba's threads; every layout BLAS can read, stacks with broadcast
+leading axes, one-row and one-column products (GEMV), accumulation (beta = 1); numpy's own
+OpenBLAS never touched."""
 import ctypes
+import glob
 import os
 import threading
 
+import numba
 import numpy as np
 import pytest
 
 from pycaffe_cli import blas
 from tests.numerics import assert_product
 
-
-def operands(batch=36, rows=24, depth=16, cols=40, seed=0):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((batch, rows, depth)).astype(np.float32)
-    b = rng.standard_normal((batch, depth, cols)).astype(np.float32)
-    return a, b, np.full((batch, rows, cols), np.nan, np.float32)
+RNG = np.random.default_rng(0)
 
 
-def numpy_thread_count():
-    """numpy's OpenBLAS thread count, read through its own library."""
-    for library in blas._libraries():
-        for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-                     "openblas_get_num_threads64_", "openblas_get_num_threads"):
-            if hasattr(library, name):
-                getter = getattr(library, name)
-                getter.restype = ctypes.c_int
-                return getter()
-    pytest.skip("numpy's BLAS is not an OpenBLAS bundled with numpy")
+def matrices(*shapes):
+    return [RNG.standard_normal(shape, dtype=np.float32) for shape in shapes]
 
 
-@pytest.mark.parametrize("threaded", [True, False])
-@pytest.mark.parametrize("batch", [1, 2, 3, 36])
-def test_the_products_on_both_paths(batch, threaded, monkeypatch):
-    monkeypatch.setattr(blas, "BATCH_PARALLEL_MIN_FLOPS", 0 if threaded else 1 << 62)
-    a, b, out = operands(batch=batch)
-    blas.matmul_batch(a, b, out)
+def transposed_copy(x):
+    """``x`` with its last two axes stored the other way round (the same values)."""
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
+
+
+@pytest.fixture(params=[1, 2], ids=["one thread", "two threads"])
+def workers(request):
+    """Products run on the calling thread (1) or spread over two of numba's threads."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
+    yield request.param
+    numba.set_num_threads(before)
+
+
+# (m, k, n): tiny, one row (GEMV), one column (GEMV), and large enough to be spread in blocks
+# along either side of the output.
+SHAPES = [(3, 5, 7), (1, 300, 70), (70, 300, 1), (40, 500, 4096), (600, 300, 64)]
+
+
+@pytest.mark.parametrize("m, k, n", SHAPES)
+@pytest.mark.parametrize("layout", ["plain", "a transposed", "b transposed"])
+def test_products(m, k, n, layout, workers):
+    a, b = matrices((m, k), (k, n))
+    a = transposed_copy(a) if layout == "a transposed" else a
+    b = transposed_copy(b) if layout == "b transposed" else b
+    out = np.full((m, n), np.nan, np.float32)
+    blas.matmul(a, b, out)
     assert_product(out, a, b)
 
 
-def test_numpy_thread_count_is_never_changed():
-    """numpy's OpenBLAS keeps its thread count while batches run on other threads."""
-    before = numpy_thread_count()
-    seen = []
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            seen.append(numpy_thread_count())
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        big = operands(rows=256, depth=64, cols=64)  # 75 MFLOP: the threaded path
-        for _ in range(20):
-            blas.matmul_batch(*big)
-    finally:
-        stop.set()
-        watcher.join()
-    assert set(seen) <= {before} and numpy_thread_count() == before
-
-
-def test_the_private_openblas_is_not_numpys_and_runs_one_thread():
-    private = blas._PRIVATE
-    assert private._name not in blas._numpy_openblas()
-    getter = private.scipy_openblas_get_num_threads
-    getter.restype = ctypes.c_int
-    assert getter() == 1
-
-
-def test_other_layouts_and_types_go_to_numpy():
-    a, b, out = operands()
-    blas.matmul_batch(np.ascontiguousarray(a.transpose(0, 2, 1)).transpose(0, 2, 1), b, out)
-    assert_product(out, a, b)
-    out64 = np.empty(out.shape)
-    blas.matmul_batch(a.astype(np.float64), b.astype(np.float64), out64)
-    np.testing.assert_allclose(out64, a.astype(np.float64) @ b, rtol=1e-12, atol=1e-12)
-
-
-def test_an_empty_depth_gives_zeros():
-    a, b, out = operands(depth=0)
-    blas.matmul_batch(a, b, out)
-    np.testing.assert_array_equal(out, 0)
-
-
-def test_mismatched_shapes_are_refused():
-    a, b, out = operands()
-    with pytest.raises(ValueError, match="do not give"):
-        blas.matmul_batch(a, b[:, :-1], out)
-
-
-def test_only_numpy_own_openblas_is_used_for_accumulate():
-    """Other wheels bundle OpenBLAS too (OpenCV's does): ``accumulate`` calls numpy's."""
-    numpy_site = os.path.dirname(os.path.dirname(np.__file__))
-    paths = blas._numpy_openblas()
-    assert paths
-    assert all(os.path.commonpath([numpy_site, p]) == numpy_site and "numpy" in p
-               for p in paths)
-
-
-def accumulate_operands(rows, depth, cols, seed=0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal((rows, depth), dtype=np.float32),
-            rng.standard_normal((depth, cols), dtype=np.float32))
-
-
-@pytest.mark.parametrize("a_transposed", [False, True])
-@pytest.mark.parametrize("b_transposed", [False, True])
-def test_accumulate_into_zeros_is_the_product(a_transposed, b_transposed):
-    """The solver clears gradients before each backward: accumulating into zeros gives the
-    product (within the float32 bound; BLAS kernels may order the sum differently for
-    beta = 1 than numpy's beta = 0)."""
-    a, b = accumulate_operands(37, 300, 53)
-    if a_transposed:
-        a = np.ascontiguousarray(a.T).T
-    if b_transposed:
-        b = np.ascontiguousarray(b.T).T
-    out = np.zeros((37, 53), np.float32)
-    assert blas.accumulate(a, b, out)
-    assert_product(out, a, b)
-
-
-def test_accumulate_adds_to_what_is_there():
-    a, b = accumulate_operands(20, 30, 40, seed=1)
-    out = np.random.default_rng(2).standard_normal((20, 40), dtype=np.float32)
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_accumulation(m, k, n, workers):
+    a, b, out = matrices((m, k), (k, n), (m, n))
     start = out.copy()
     assert blas.accumulate(a, b, out)
     assert_product(out, a, b, addend=start)
 
 
-def test_accumulate_into_a_block_of_a_larger_matrix():
-    """Leading dimensions: operands and output may be row ranges and column ranges."""
-    a, b = accumulate_operands(64, 48, 80, seed=3)
+def test_stacks_with_broadcast_weights(workers):
+    """A convolution's groups and images: weights (groups, rows, depth) against columns
+    (images, groups, depth, positions)."""
+    w, x = matrices((2, 24, 36), (5, 2, 36, 900))
+    out = np.full((5, 2, 24, 900), np.nan, np.float32)
+    blas.matmul(w, x, out)
+    assert_product(out, np.broadcast_to(w, (5, 2, 24, 36)), x)
+    grouped = np.full((2, 24, 900), np.nan, np.float32)
+    blas.matmul(w, x[0], grouped)
+    assert_product(grouped, w, x[0])
+
+
+def test_blocks_of_a_larger_matrix():
+    """Leading dimensions: operands and output may be row and column ranges."""
+    a, b = matrices((64, 48), (48, 80))
     big = np.zeros((70, 100), np.float32)
     assert blas.accumulate(a[:, 8:40], b[8:40, 10:60], big[3:67, 20:70])
     assert_product(big[3:67, 20:70], a[:, 8:40], b[8:40, 10:60])
@@ -139,23 +82,89 @@ def test_accumulate_into_a_block_of_a_larger_matrix():
     assert not big[outside].any()
 
 
-def test_accumulate_declines_what_blas_cannot_take():
-    """Strides in both axes, float64, a transposed output: False, ``out`` untouched."""
-    a, b = accumulate_operands(8, 6, 4)
-    out = np.zeros((8, 4), np.float32)
-    assert not blas.accumulate(a[::2, ::2], b[:3], out[:4])
-    assert not blas.accumulate(a.astype(np.float64), b, out)
+def test_what_blas_cannot_read_goes_to_numpy():
+    """Strides in both axes or float64: np.matmul's result; accumulate declines, out
+    untouched."""
+    a, b = matrices((8, 6), (6, 4))
+    out = np.zeros((4, 4), np.float32)
+    blas.matmul(a[::2, ::2], b[:3], out)
+    np.testing.assert_array_equal(out, np.matmul(a[::2, ::2], b[:3]))
+    out64 = np.empty((8, 4))
+    blas.matmul(a.astype(np.float64), b.astype(np.float64), out64)
+    np.testing.assert_allclose(out64, a.astype(np.float64) @ b, rtol=1e-12, atol=1e-12)
+    untouched = np.zeros((8, 4), np.float32)
+    assert not blas.accumulate(a.astype(np.float64), b, untouched)
     assert not blas.accumulate(a, b, np.zeros((4, 8), np.float32).T)
-    assert not out.any()
+    assert not untouched.any()
 
 
-def test_accumulate_with_an_empty_depth_adds_nothing():
+def test_an_empty_depth():
     out = np.ones((3, 4), np.float32)
     assert blas.accumulate(np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32), out)
     np.testing.assert_array_equal(out, 1)
+    blas.matmul(np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32), out)
+    np.testing.assert_array_equal(out, 0)
 
 
-def test_accumulate_rejects_mismatched_shapes():
-    a, b = accumulate_operands(5, 6, 7)
-    with pytest.raises(ValueError):
-        blas.accumulate(a, b[:5], np.zeros((5, 7), np.float32))
+def test_mismatched_shapes_are_refused():
+    a, b = matrices((5, 6), (6, 7))
+    with pytest.raises(ValueError, match="do not give"):
+        blas.matmul(a, b[:5], np.zeros((5, 7), np.float32))
+    with pytest.raises(ValueError, match="do not give"):
+        blas.accumulate(a, b, np.zeros((5, 6), np.float32))
+
+
+def _numpy_openblas_threads():
+    """numpy's OpenBLAS thread count, read through its own library."""
+    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in glob.glob(os.path.join(folder, "*openblas*")):
+        library = ctypes.CDLL(path)
+        for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads"):
+            if hasattr(library, name):
+                getter = getattr(library, name)
+                getter.restype = ctypes.c_int
+                return getter
+    pytest.skip("numpy's BLAS is not an OpenBLAS bundled with numpy")
+
+
+def test_numpy_openblas_is_never_changed():
+    """numpy's OpenBLAS keeps its thread count while products run, watched from another
+    thread."""
+    count = _numpy_openblas_threads()
+    before, seen, stop = count(), [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(count())
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        a, b = matrices((256, 256), (256, 512))
+        out = np.empty((256, 512), np.float32)
+        for _ in range(20):
+            blas.matmul(a, b, out)
+    finally:
+        stop.set()
+        watcher.join()
+    assert set(seen) <= {before} and count() == before
+
+
+def test_the_private_openblas_runs_one_thread():
+    getter = blas._PRIVATE.scipy_openblas_get_num_threads
+    getter.restype = ctypes.c_int
+    assert getter() == 1
+    numpy_libraries = glob.glob(os.path.join(os.path.dirname(os.path.dirname(np.__file__)),
+                                             "numpy.libs", "*"))
+    assert blas._PRIVATE._name not in numpy_libraries
+
+
+def test_blocks_cover_the_output_along_the_cheaper_side():
+    """Two blocks a thread for large products, one for smaller; rows where b is the smaller
+    operand (each block of rows packs b again), columns where a is."""
+    rows, cols = blas._blocks(1000, 50, 640, 1, 2)     # b (640 x 50) smaller: cut rows
+    assert cols == 50 and -(-1000 // rows) == 4
+    rows, cols = blas._blocks(50, 1000, 640, 1, 2)     # a smaller: cut columns
+    assert rows == 50 and -(-1000 // cols) == 4
+    rows, cols = blas._blocks(32, 32, 2000, 1, 2)      # 4 MFLOP: one block a thread
+    assert -(-32 // rows) * -(-32 // cols) == 2
+    assert blas._blocks(64, 64, 64, 36, 2) == (64, 64)  # a stack: a product a block

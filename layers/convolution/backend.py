@@ -23,15 +23,17 @@ on the blob layouts, no im2col (kernels/cpu/depthwise/ and its CUDA twin)::
     direct_backward:       dW, db, dim from one pass over mat (Convolution's backward; the
                            CPU fuses the three, the GPU runs its kernels in turn)
 
-The CPU backend keeps numpy's float32 order of operations (batched ``np.matmul``, the numba
-layout kernels, the bias gradient in numpy's pairwise order, fused into the reordering of
-the top diff). The GPU backend runs each GEMM on cuBLAS (or pycaffe's fallback kernel), the
-layout and im2col kernels of kernels/cuda, and the bias gradient as two GEMVs against ones.
+The CPU backend runs its GEMMs through pycaffe_cli/blas.py (a private OpenBLAS spread over
+numba's threads), the numba layout kernels, and the bias gradient in numpy's pairwise order,
+fused into the reordering of the top diff. The GPU backend runs each GEMM on cuBLAS (or
+pycaffe's fallback kernel), the layout and im2col kernels of kernels/cuda, and the bias
+gradient as two GEMVs against ones.
 """
 from typing import NamedTuple
 
 import numpy as np
 
+from pycaffe_cli import blas
 from pycaffe_cli.layers.kernels.cpu import depthwise, layout
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
@@ -125,19 +127,19 @@ class CpuConvBackend:
         g, rows, depth, _ = dims
         w = weights.reshape(g, rows, depth)
         if trans_w:
-            np.matmul(w.transpose(0, 2, 1), x.reshape(g, rows, -1), out=out.reshape(g, depth, -1))
+            blas.matmul(w.transpose(0, 2, 1), x.reshape(g, rows, -1), out.reshape(g, depth, -1))
         else:
-            np.matmul(w, x.reshape(g, depth, -1), out=out.reshape(g, rows, -1))
+            blas.matmul(w, x.reshape(g, depth, -1), out.reshape(g, rows, -1))
 
     @staticmethod
     def gemm_images(trans_w, weights, x, out, count, dims):
         g, rows, depth, _ = dims
         w = weights.reshape(g, rows, depth)
         if trans_w:
-            np.matmul(w.transpose(0, 2, 1), x.reshape(count, g, rows, -1),
-                      out=out.reshape(count, g, depth, -1))
+            blas.matmul(w.transpose(0, 2, 1), x.reshape(count, g, rows, -1),
+                        out.reshape(count, g, depth, -1))
         else:
-            np.matmul(w, x.reshape(count, g, depth, -1), out=out.reshape(count, g, rows, -1))
+            blas.matmul(w, x.reshape(count, g, depth, -1), out.reshape(count, g, rows, -1))
 
     @staticmethod
     def weight_grad(y, col, weight_diff, dims):

@@ -64,7 +64,14 @@ FLAGS = {
     "sighup_effect": dict(default="snapshot", type=click.Choice(EFFECT_CHOICES),
                           show_default=True,
                           help="Action to take when a SIGHUP signal is received."),
+    "threads": dict(default=None, type=click.IntRange(min=1), metavar="N",
+                    help="A pycaffe addition (Caffe has no such flag): compute with N "
+                         "threads, at most the pool's size (default: NUMBA_NUM_THREADS, "
+                         "OMP_NUM_THREADS or OPENBLAS_NUM_THREADS where set, else the cores "
+                         "this process may use)."),
 }
+# Flags every command takes and applies before it runs.
+COMMON_FLAGS = ("threads",)
 
 # Flags that name files; --weights lists several, separated by ",".
 PATH_FLAGS = ("solver", "model", "weights", "snapshot")
@@ -96,12 +103,13 @@ def subcommand(name, flags, summary, arguments=(), own_flags=None):
         if name in COMMANDS:
             raise RuntimeError(f"command {name!r} registered twice")
         _register_tool_flags(name, own_flags)
-        ignored = [flag for flag in FLAGS if flag not in flags]
+        ignored = [flag for flag in FLAGS if flag not in flags and flag not in COMMON_FLAGS]
         labels = {word.strip("[]").lower(): word.strip("[]") for word in arguments}
 
         @functools.wraps(function)
         def run(**values):
             check_flag_values(values, labels)
+            _apply_common_flags(values)
             for flag in ignored:
                 if values.pop(flag) not in (None, FLAGS[flag]["default"]):
                     LOG.warning(f"--{flag} is not used by '{name}'; ignored")
@@ -116,6 +124,14 @@ def subcommand(name, flags, summary, arguments=(), own_flags=None):
         COMMANDS[name] = command
         return function
     return decorate
+
+
+def _apply_common_flags(values):
+    """Take COMMON_FLAGS out of ``values`` and apply them."""
+    threads = values.pop("threads", None)
+    if threads is not None:
+        from pycaffe_cli.threads import set_threads
+        set_threads(threads)
 
 
 def check_flag_values(values, labels=None):

@@ -83,7 +83,7 @@ def test_command_help_shows_its_flags_only(run_cli, command, flags):
     result = run_cli(command, "--help")
     assert result.code == 0
     shown = {word for word in result.out.split() if word.startswith("--")}
-    assert shown == set(flags) | {"--help"}
+    assert shown == set(flags) | {"--help", "--threads"}
 
 
 def test_unknown_command(run_cli):

@@ -4,6 +4,7 @@ import os
 import numpy as np
 import pytest
 
+from pycaffe_cli import blas
 from pycaffe_cli.layers.kernels.cpu import gemm
 from pycaffe_cli.log import LOG
 from pycaffe_cli.net.net import Net
@@ -31,11 +32,11 @@ def lenet(bench):
 
 def test_products_alone_times_every_product_of_the_pass_once(bench, lenet):
     net, prob = lenet
-    matmul, accumulate = np.matmul, gemm.gemm_accumulate
+    matmul, accumulate = blas.matmul, gemm.gemm_accumulate
     times = bench.products_alone(net.layer_entries, repeats=2)
     # conv1, conv2, ip1, ip2: a forward product, a weight gradient and a data gradient each
     assert len(times) == 12 and all(t > 0 for t in times)
-    assert np.matmul is matmul and gemm.gemm_accumulate is accumulate
+    assert blas.matmul is matmul and gemm.gemm_accumulate is accumulate
     from pycaffe_cli.layers import inner_product
     from pycaffe_cli.layers.convolution import backend as convolution_backend
     assert convolution_backend.gemm_accumulate is accumulate

@@ -10,7 +10,7 @@ output channel from a 6x6 patch of every input channel. Winograd's minimal filte
     y[m, t]     = A^T M[:, m, t] A  (+ bias, ReLU)  the 4x4 output tile
 
 so the GEMMs do 4x fewer multiplications than im2col's. The 36 products are small: they run
-one per thread (pycaffe_cli/blas.py, matmul_batch). The matrices come from polynomial
+over the threads (pycaffe_cli/blas.py). The matrices come from polynomial
 interpolation at the points 0, 1, -1, 1/2, -2 (and infinity) instead of the usual 0, +-1,
 +-2, whose larger coefficients round more (Barabasz et al., "Error analysis and improving the
 accuracy of Winograd convolution", 2020). How far the float32 result may be from the exact
@@ -27,7 +27,7 @@ scatter their tiles from) a scratch array side by side.
 import numpy as np
 from numba import float32, njit, prange, uintp
 
-from pycaffe_cli.blas import matmul_batch
+from pycaffe_cli.blas import matmul
 from pycaffe_cli.layers.kernels.cpu.layout import rectify as _rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
@@ -354,7 +354,7 @@ def forward(im, num, channels, height, width, pad_h, pad_w, u, out_channels, bia
         m_block = m[:POINTS * out_channels * count]
         input_transform(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first,
                         count, v_block)
-        matmul_batch(u, v_block.reshape(POINTS, channels, count),
-                     m_block.reshape(POINTS, out_channels, count))
+        matmul(u, v_block.reshape(POINTS, channels, count),
+               m_block.reshape(POINTS, out_channels, count))
         output_transform(m_block, out_channels, out_h, out_w, tiles_h, tiles_w, first, count,
                          bias, has_bias, slope, has_relu, out)
