@@ -28,9 +28,10 @@ from pycaffe_cli.errors import CaffeError, layer_error
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_state,
                                           restore_generator)
-from pycaffe_cli.state_fields import state_generator, state_hex, state_int, state_object
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.state_fields import state_generator, state_hex, state_int, state_object
+from pycaffe_cli.threads import map_in_order
 
 LMDB = caffe_pb2.DataParameter.LMDB
 
@@ -94,6 +95,10 @@ class DataLayer(BasePrefetchingDataLayer):
         return db
 
 
+def _serially(function, items):
+    return [function(item) for item in items]
+
+
 class DatumReader:
     """Reads batches of Datums on the prefetch thread; its position is the next record's key
     and the state of the layer's random generator."""
@@ -149,18 +154,16 @@ class DatumReader:
             self.advance()
 
     def load_batch(self, recycled):
-        images = []
+        datums = []
         labels = np.empty(self._batch_size, np.float32)
-        to_array = self._transformer.datum_to_array
         for index in range(self._batch_size):
             self._skip_other_ranks()
-            datum = self.read_datum()
-            try:
-                images.append(to_array(datum))
-            except CaffeError as error:
-                raise self._record_error(error) from None
-            labels[index] = datum.label
+            datums.append((self.read_datum(), self._cursor.key()))
+            labels[index] = datums[-1][0].label
             self.advance()
+        # Encoded records are decoded on the side threads; raw ones are only a view of bytes.
+        convert = map_in_order if any(datum.encoded for datum, _ in datums) else _serially
+        images = convert(self._to_array, datums)
         try:
             self._stage, sizes = stage_images(images, self._stage)
         except CaffeError as error:
@@ -172,6 +175,14 @@ class DatumReader:
             data = np.empty(shape, np.float32)
         self._transformer.transform_batch(self._stage, data, sizes, self._rng)
         return Batch(data, labels if self._output_labels else None, self.position())
+
+    def _to_array(self, datum_and_key):
+        datum, key = datum_and_key
+        try:
+            return self._transformer.datum_to_array(datum)
+        except CaffeError as error:
+            raise layer_error(self.layer_name, f"record {key.decode(errors='replace')!r} of "
+                                               f"{self.source!r}: {error}") from None
 
     def position(self):
         position = {"key": self._cursor.key().hex(), "rng": generator_state(self._rng)}

@@ -27,6 +27,7 @@ from pycaffe_cli.layers.base_data import (BasePrefetchingDataLayer, generator_st
                                           restore_generator)
 from pycaffe_cli.log import LOG
 from pycaffe_cli.state_fields import StateFieldError, state_generator, state_int, state_object
+from pycaffe_cli.threads import map_in_order
 
 # Caffe reads a label with atoi into an int: negative labels are fine, 2^40 is not
 INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
@@ -137,23 +138,26 @@ class ImageListReader:
 
     def read(self, index):
         """The pixels of the image at ``index`` in the current order."""
-        path = self._root + self._paths[self._order[index]]
+        return self._read_path(self._root + self._paths[self._order[index]])
+
+    def _read_path(self, path):
         try:
             return read_image(path, self._size[0], self._size[1], self._color)
         except CaffeError as error:
             raise layer_error(self.layer_name, str(error)) from None
 
     def load_batch(self, recycled):
-        images = []
+        paths = []
         labels = np.empty(self._batch_size, np.float32)
         for item in range(self._batch_size):
-            images.append(self.read(self.index))
+            paths.append(self._root + self._paths[self._order[self.index]])
             labels[item] = self._labels[self._order[self.index]]
             self.index += 1
             if self.index == len(self._paths):
                 LOG.debug("Restarting data prefetching from start.")
                 self.index = 0
                 self._new_pass()
+        images = map_in_order(self._read_path, paths)   # decoded on the side threads
         try:
             self._stage, sizes = stage_images(images, self._stage)
         except CaffeError as error:

@@ -102,13 +102,49 @@ def set_threads(count):
     numba.set_num_threads(max(1, min(int(count), numba.config.NUMBA_NUM_THREADS)))
 
 
+_SIDE_POOL = []
+
+
+def map_in_order(function, items):
+    """``[function(item) for item in items]`` on the side threads: decoding and resizing
+    images for the data layers and convert_imageset, work that releases the GIL (Pillow's
+    decoders, nogil kernels) and runs beside the compute pool, often on its prefetch thread.
+    One pool of ``default_threads()`` threads serves the whole process; it is shut down at
+    exit. Exceptions come back as raised, the first one first."""
+    if len(items) < 2 or default_threads() < 2:
+        return [function(item) for item in items]
+    if not _SIDE_POOL:
+        import atexit
+        from concurrent.futures import ThreadPoolExecutor
+        _SIDE_POOL.append(ThreadPoolExecutor(default_threads(),
+                                             thread_name_prefix="pycaffe-decode"))
+        atexit.register(_SIDE_POOL[0].shutdown)
+    return list(_SIDE_POOL[0].map(function, items))
+
+
+def pool_name():
+    """numba's thread pool: "tbb", "omp" or "workqueue" (the one numba will choose, where no
+    parallel kernel has run yet)."""
+    import numba
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        layer = numba.config.THREADING_LAYER
+        if layer in ("default", "safe", "threadsafe", "forksafe"):
+            return "tbb" if _TBB else _openmp_or_workqueue()
+        return layer
+
+
+def _openmp_or_workqueue():
+    try:
+        import numba.np.ufunc.omppool  # noqa: F401
+        return "omp"
+    except ImportError:
+        return "workqueue"
+
+
 def describe():
     """One line for logs and benchmarks: the threads, the usable cores and numba's pool."""
     import numba
-    try:
-        layer = numba.threading_layer()
-    except ValueError:      # no parallel kernel has run yet: the layer numba will choose
-        layer = numba.config.THREADING_LAYER
-        if layer == "default":
-            layer = "tbb" if _TBB else "omp"
-    return f"{numba.get_num_threads()} threads on {usable_cores()} usable cores, {layer} pool"
+    return (f"{numba.get_num_threads()} threads on {usable_cores()} usable cores, "
+            f"{pool_name()} pool")

@@ -20,6 +20,9 @@ every 1000 images. Choices where Caffe leaves things undefined or crashes:
   the wrong size under ``--check_size``) leaves none behind; an existing DB_NAME is refused
   before any image is read, as Caffe's mkdir CHECK refuses it.
 """
+import collections
+from concurrent.futures import ThreadPoolExecutor
+
 import click
 
 from pycaffe_cli.backend import rng, set_random_seed
@@ -122,16 +125,12 @@ def _image_path(rootfolder, filename):
 def _write_images(rootfolder, lines, db_name, db_backend, height, width, is_color, encoded,
                   encode_type, check_size):
     """Store every readable image; return how many were skipped."""
-    from pycaffe_cli.data.image_datum import DatumWriter, read_image_to_datum
+    from pycaffe_cli.data.image_datum import DatumWriter
     data_size = None
     skipped = 0
+    images = _datums(rootfolder, lines, height, width, is_color, encoded, encode_type)
     with DatumWriter(db_name, db_backend, tool="convert_imageset") as writer:
-        for line_id, (filename, label) in enumerate(lines):
-            encoding = encode_type
-            if encoded and not encoding:
-                encoding = _guess_encoding(filename)
-            path = _image_path(rootfolder, filename)
-            datum = read_image_to_datum(path, label, height, width, is_color, encoding)
+        for line_id, filename, path, datum in images:
             if datum is None:
                 LOG.warning(f"Could not open or find file {path}")
                 skipped += 1
@@ -145,6 +144,31 @@ def _write_images(rootfolder, lines, db_name, db_backend, height, width, is_colo
                                      "resize the images (--resize_height/--resize_width)")
             writer.put(f"{line_id:08d}_{filename}", datum)
     return skipped
+
+
+def _datums(rootfolder, lines, height, width, is_color, encoded, encode_type):
+    """(line index, filename, path, Datum or None) for every line, in the list's order. The
+    images are read, decoded and resized on the compute threads (Pillow's decoders and the
+    resize kernel release the GIL), a few ahead of the one being written, so the database's
+    contents are those of reading them one by one."""
+    from pycaffe_cli.data.image_datum import read_image_to_datum
+    from pycaffe_cli.threads import default_threads
+    workers = default_threads()
+
+    def read(line_id):
+        filename, label = lines[line_id]
+        encoding = encode_type or (_guess_encoding(filename) if encoded else "")
+        path = _image_path(rootfolder, filename)
+        return (line_id, filename, path,
+                read_image_to_datum(path, label, height, width, is_color, encoding))
+    with ThreadPoolExecutor(workers, thread_name_prefix="convert_imageset") as pool:
+        pending = collections.deque()
+        for line_id in range(len(lines)):
+            pending.append(pool.submit(read, line_id))
+            if len(pending) > 4 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _guess_encoding(filename):
