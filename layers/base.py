@@ -16,7 +16,7 @@ import numpy as np
 from pycaffe_cli import backend
 from pycaffe_cli.blob import Blob
 from pycaffe_cli.errors import CaffeError, layer_error
-from pycaffe_cli.io.foreign import layer_type_hint
+from pycaffe_cli.io.foreign import layer_type_hint, unimplemented_layer_option
 from pycaffe_cli.layers.inference_hooks import InferenceHooks
 from pycaffe_cli.sizes import blamed
 
@@ -83,8 +83,16 @@ def layer_class(type_name, layer_name="?"):
 
 
 def create_layer(param):
-    """Build the layer a caffe.LayerParameter describes."""
-    return layer_class(param.type, param.name)(param)
+    """Build the layer a caffe.LayerParameter describes.
+
+    An option other Caffe forks add to transform_param or loss_param that pycaffe parses but
+    does not implement yet (io/foreign.py) is refused here, for every layer type.
+    """
+    cls = layer_class(param.type, param.name)
+    refused = unimplemented_layer_option(param)
+    if refused:
+        raise layer_error(param.name, refused)
+    return cls(param)
 
 
 def _raise_blamed(error, layer, stage):

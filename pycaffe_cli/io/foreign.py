@@ -5,11 +5,22 @@ or Intel's Caffe, or converted from PyTorch and Caffe2, use names BVLC Caffe nev
 Protobuf only says "has no field named ..." and the registry "unknown layer type"; these
 tables add where the name comes from and what BVLC Caffe writes instead (or that it has no
 such layer).
+
+The schemas of SSD, Fast/Faster R-CNN and R-FCN are part of pycaffe's own (proto/caffe.proto),
+so their files parse; what pycaffe does not implement of them yet is refused where it would
+act: a layer type in the registry's unknown-type error (LAYER_TYPES), an option those forks
+add to BVLC's own messages by ``unimplemented_option`` (UNIMPLEMENTED). Whoever implements one
+removes its entry.
 """
 import re
 
+from google.protobuf.descriptor import FieldDescriptor
+
+from pycaffe_cli.proto import caffe_pb2
+
 _SSD = "SSD's Caffe fork (weiliu89/caffe, branch ssd)"
 _FAST_RCNN = "Fast/Faster R-CNN's Caffe fork (rbgirshick/caffe-fast-rcnn)"
+_RFCN = "R-FCN's Caffe forks (daijifeng001/caffe-rfcn, py-R-FCN's Microsoft/caffe)"
 _MOBILENET = "MobileNet Caffe ports"
 _DEPTHWISE = "a Convolution layer with group equal to its input channels"
 _NVCAFFE = ("is NVIDIA Caffe's mixed precision; BVLC Caffe computes in float32, so delete "
@@ -25,10 +36,13 @@ LAYER_TYPES = {
     "DetectionEvaluate": (_SSD, "detection_evaluate_param", None),
     "MultiBoxLoss": (_SSD, "multibox_loss_param", None),
     "AnnotatedData": (_SSD, "annotated_data_param", "a Data layer (without the boxes)"),
+    "VideoData": (_SSD, "video_data_param", None),
     "ROIPooling": (_FAST_RCNN, "roi_pooling_param", None),
     "SmoothL1Loss": (_FAST_RCNN, "smooth_l1_loss_param", None),
-    "PSROIPooling": ("R-FCN's Caffe fork (daijifeng001/caffe-rfcn)", "psroi_pooling_param",
-                     None),
+    "PSROIPooling": (_RFCN, "psroi_pooling_param", None),
+    "BoxAnnotatorOHEM": (_RFCN, "box_annotator_ohem_param", None),
+    "SoftmaxWithLossOHEM": (_RFCN, None, None),
+    "SmoothL1LossOHEM": (_RFCN, None, None),
     "Interp": ("DeepLab's and PSPNet's Caffe forks", "interp_param",
                'a Deconvolution layer with weight_filler { type: "bilinear" }'),
     "BN": ("SegNet's and PSPNet's Caffe forks", "bn_param",
@@ -57,10 +71,6 @@ FIELDS = {
         "hole_h is DeepLab's name for what BVLC Caffe calls dilation (one value per axis)",
     ("ConvolutionParameter", "hole_w"):
         "hole_w is DeepLab's name for what BVLC Caffe calls dilation (one value per axis)",
-    ("TransformationParameter", "crop_h"):
-        "crop_h is from other Caffe forks; BVLC Caffe crops squares of crop_size",
-    ("TransformationParameter", "crop_w"):
-        "crop_w is from other Caffe forks; BVLC Caffe crops squares of crop_size",
     ("LayerParameter", "engine"):
         "a layer-level engine is Intel Caffe's; BVLC Caffe chooses engines inside the "
         "layer's own parameters (convolution_param { engine: CAFFE }), so delete the line",
@@ -70,16 +80,39 @@ for _name in ("default_forward_type", "default_backward_type", "default_forward_
     FIELDS[("NetParameter", _name)] = f"{_name} {_NVCAFFE}"
 for _name in ("forward_type", "backward_type", "forward_math", "backward_math"):
     FIELDS[("LayerParameter", _name)] = f"{_name} {_NVCAFFE}"
-for _name in ("resize_param", "noise_param", "distort_param", "expand_param",
-              "emit_constraint"):
-    FIELDS[("TransformationParameter", _name)] = (
-        f"{_name} is data augmentation from {_SSD}; BVLC Caffe's transform_param has only "
-        "scale, mirror, crop_size, mean_file, mean_value, force_color and force_gray")
+_LAYER_FIELDS = caffe_pb2.LayerParameter.DESCRIPTOR.fields_by_name
 for _type, (_source, _field, _instead) in LAYER_TYPES.items():
-    if _field:
+    if _field and _field not in _LAYER_FIELDS:
         FIELDS[("LayerParameter", _field)] = (
             f"{_field} belongs to {_type} layers, from {_source}; "
             + (f"in BVLC Caffe write {_instead}" if _instead else _NO_BVLC))
+
+# Options SSD and R-FCN add to BVLC's own messages: in the schema, so their files parse, but
+# not implemented yet, so that a net or solver using one is refused instead of run without
+# it. (message, field) -> (what it is, what BVLC Caffe does instead or None) refuses a value
+# other than the field's default; (message, field, value) refuses that value only.
+_SSD_AUGMENTATION = (f"data augmentation from {_SSD}",
+                     "BVLC Caffe's transform_param has only scale, mirror, crop_size, "
+                     "mean_file, mean_value, force_color and force_gray")
+UNIMPLEMENTED = {
+    ("TransformationParameter", "resize_param"): _SSD_AUGMENTATION,
+    ("TransformationParameter", "noise_param"): _SSD_AUGMENTATION,
+    ("TransformationParameter", "distort_param"): _SSD_AUGMENTATION,
+    ("TransformationParameter", "expand_param"): _SSD_AUGMENTATION,
+    ("TransformationParameter", "emit_constraint"): (
+        f"the rule of {_SSD} for which boxes of annotated data a crop keeps", None),
+    ("TransformationParameter", "crop_h"): (
+        f"a rectangular crop from {_SSD}", "BVLC Caffe crops squares of crop_size"),
+    ("TransformationParameter", "crop_w"): (
+        f"a rectangular crop from {_SSD}", "BVLC Caffe crops squares of crop_size"),
+    ("SolverParameter", "eval_type"): (
+        f"the mean average precision test of {_SSD}",
+        'BVLC Caffe scores a test net by its outputs (eval_type "classification")'),
+    ("SolverParameter", "lr_policy", "plateau"): (f"a learning rate policy of {_SSD}", None),
+    ("LossParameter", "normalization", "PRE_FIXED"): (
+        f"the loss normalization of {_RFCN} by pre_fixed_normalizer",
+        "BVLC Caffe's loss layers divide by FULL, VALID, BATCH_SIZE or NONE"),
+}
 
 # (enum, value) -> hint
 ENUM_VALUES = {
@@ -110,5 +143,49 @@ def layer_type_hint(type_name):
     if type_name not in LAYER_TYPES:
         return None
     source, _, instead = LAYER_TYPES[type_name]
-    return (f"{type_name} is a layer type of {source}; "
+    return (f"{type_name} is a layer type of {source} that pycaffe does not implement yet; "
             + (f"in BVLC Caffe write {instead}" if instead else _NO_BVLC))
+
+
+def _shown(field, value):
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return field.enum_type.values_by_number[value].name
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return f'"{value}"'
+    return None if field.type == FieldDescriptor.TYPE_MESSAGE else f"{value:g}"
+
+
+def unimplemented_option(message):
+    """The first option of UNIMPLEMENTED that ``message`` (a TransformationParameter,
+    SolverParameter or LossParameter) sets, or None.
+
+    Returns:
+        (field name, its value as a prototxt writes it or None for a message, the reason it is
+        refused: one sentence naming the fork and what BVLC Caffe does instead).
+    """
+    name = message.DESCRIPTOR.name
+    for field, value in message.ListFields():
+        if field.is_repeated:
+            continue
+        shown = _shown(field, value)
+        entry = UNIMPLEMENTED.get((name, field.name, shown and shown.strip('"')))
+        if entry is None and value != field.default_value:
+            entry = UNIMPLEMENTED.get((name, field.name))
+        if entry is not None:
+            what, instead = entry
+            reason = f"{what}, which pycaffe reads but does not implement yet"
+            return field.name, shown, reason + (f"; {instead}" if instead else "")
+    return None
+
+
+def unimplemented_layer_option(param):
+    """The sentence refusing an UNIMPLEMENTED option of a caffe.LayerParameter's
+    transform_param or loss_param, or None."""
+    for parent in ("transform_param", "loss_param"):
+        if param.HasField(parent):
+            found = unimplemented_option(getattr(param, parent))
+            if found:
+                field, shown, reason = found
+                value = f" {{ {field}: {shown} }}" if shown else f".{field}"
+                return f"{parent}{value} is {reason}"
+    return None

@@ -98,6 +98,7 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         param = self.param
         check_train_net_source(param)
         param_checks.check_common(param)
+        param_checks.check_fork_options(param)
         lr_policy.check_policy(param)
         self.check_solver_param(param)
 

@@ -10,6 +10,7 @@ file and the field's line in front: ``solver.prototxt:7: momentum2: 2: ...``.
 import math
 
 from pycaffe_cli.errors import CaffeError
+from pycaffe_cli.io.foreign import unimplemented_option
 
 REGULARIZATION_TYPES = ("L1", "L2")
 # float fields that must hold a finite number (clip_gradients may be +-inf: clip never / off)
@@ -93,6 +94,15 @@ def check_common(param):
         raise refuse(param, "regularization_type", 'Unknown regularization type (known types: '
                                                    '"L1", "L2")')
     check_test_nets(param)
+
+
+def check_fork_options(param):
+    """Refuse an option SSD's Caffe fork adds to the solver that pycaffe parses but does not
+    implement yet (eval_type "detection", lr_policy "plateau"; io/foreign.py)."""
+    found = unimplemented_option(param)
+    if found:
+        field, shown, reason = found
+        raise FieldError(field, shown, reason)
 
 
 def check_test_nets(param):

@@ -2,7 +2,8 @@
 equivalent (or say there is none), in one line with the file, line and column."""
 import pytest
 
-from pycaffe_cli.io.foreign import FIELDS, LAYER_TYPES, layer_type_hint, parse_error_hint
+from pycaffe_cli.io.foreign import (FIELDS, LAYER_TYPES, UNIMPLEMENTED, layer_type_hint,
+                                    parse_error_hint)
 from pycaffe_cli.proto import caffe_pb2
 from tests.cli.conftest import run_cli  # noqa: F401 (fixture)
 
@@ -19,15 +20,38 @@ FOREIGN = [  # (net text after the input layer, the error's file:line:col, words
     ('layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"\n'
      '  convolution_param { num_output: 2 kernel_size: 3 hole: 2 } }\n',
      ":5:52", ['no field named "hole"', "BVLC Caffe calls dilation"]),
+    # SSD's norm_param is in pycaffe's schema: the layer type is what names the fork
     ('layer { name: "norm" type: "Normalize" bottom: "data" top: "norm"\n'
      '  norm_param { across_spatial: false } }\n',
-     ":5:3", ['no field named "norm_param"', "Normalize layers", "SSD",
-              "BVLC Caffe has no such layer"]),
+     ":4: ", ['layer "norm": unknown layer type "Normalize"', "SSD",
+              "pycaffe does not implement yet", "BVLC Caffe has no such layer"]),
+    ('layer { name: "bn" type: "BN" bottom: "data" top: "bn"\n'
+     '  bn_param { frozen: true } }\n',
+     ":5:3", ['no field named "bn_param"', "BN layers", "SegNet",
+              "a BatchNorm layer followed by a Scale layer"]),
     ('layer { name: "norm" type: "Normalize" bottom: "data" top: "norm" }\n',
      ":4: ", ['layer "norm": unknown layer type "Normalize"', "SSD",
               "BVLC Caffe has no such layer"]),
     ('layer { name: "pb" type: "PriorBox" bottom: "data" bottom: "data" top: "pb" }\n',
      ":4: ", ['unknown layer type "PriorBox"', "SSD"]),
+    ('layer { name: "roi" type: "ROIPooling" bottom: "data" bottom: "data" top: "roi"\n'
+     '  roi_pooling_param { pooled_h: 2 pooled_w: 2 spatial_scale: 0.5 } }\n',
+     ":4: ", ['unknown layer type "ROIPooling"', "rbgirshick/caffe-fast-rcnn"]),
+    ('layer { name: "ps" type: "PSROIPooling" bottom: "data" bottom: "data" top: "ps"\n'
+     '  psroi_pooling_param { spatial_scale: 0.5 output_dim: 3 group_size: 2 } }\n',
+     ":4: ", ['unknown layer type "PSROIPooling"', "R-FCN"]),
+    # options the forks add to BVLC's messages, parsed but not implemented yet
+    ('layer { name: "d" type: "DummyData" top: "d" dummy_data_param { shape { dim: 1 } }\n'
+     '  transform_param { resize_param { height: 300 width: 300 } } }\n',
+     ":4: ", ['layer "d": transform_param.resize_param is data augmentation', "SSD",
+              "does not implement yet", "transform_param has only scale"]),
+    ('layer { name: "d" type: "DummyData" top: "d" dummy_data_param { shape { dim: 1 } }\n'
+     '  transform_param { crop_h: 4 crop_w: 6 } }\n',
+     ":4: ", ['transform_param { crop_h: 4 }', "SSD", "crops squares of crop_size"]),
+    ('layer { name: "loss" type: "SoftmaxWithLoss" bottom: "data" bottom: "data"\n'
+     '  loss_param { normalization: PRE_FIXED pre_fixed_normalizer: 128 } }\n',
+     ":4: ", ['layer "loss": loss_param { normalization: PRE_FIXED }', "R-FCN",
+              "does not implement yet"]),
     ('layer { name: "r6" type: "ReLU6" bottom: "data" top: "r6" }\n',
      ":4: ", ['unknown layer type "ReLU6"', "clip_param { min: 0 max: 6 }"]),
     ('layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"\n'
@@ -71,5 +95,18 @@ def test_the_tables_name_only_what_bvlc_does_not_have():
     assert not set(LAYER_TYPES) & set(registered_types())
     assert layer_type_hint("Convolutoin") is None
     assert parse_error_hint('Message type "caffe.LayerParameter" has no field named "x".') is None
-    assert "Normalize" in parse_error_hint(
-        'Message type "caffe.V1LayerParameter" has no field named "norm_param".')
+    assert "Interp" in parse_error_hint(
+        'Message type "caffe.V1LayerParameter" has no field named "interp_param".')
+    # the fields of the forks in pycaffe's schema name their fork through the layer type
+    assert parse_error_hint(
+        'Message type "caffe.LayerParameter" has no field named "norm_param".') is None
+    assert "SSD" in layer_type_hint("Normalize")
+
+
+def test_the_unimplemented_options_are_in_the_schema():
+    """Each entry names a field of pycaffe's schema (and an enum value it has), so that none
+    can fail to match because of a typo."""
+    for key in UNIMPLEMENTED:
+        field = getattr(caffe_pb2, key[0]).DESCRIPTOR.fields_by_name[key[1]]
+        if len(key) == 3 and field.enum_type is not None:
+            assert key[2] in field.enum_type.values_by_name
