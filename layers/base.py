@@ -25,18 +25,21 @@ _V1_NAMES = {}
 _IMPORTED_ALL = []   # becomes [True] once every layer module is imported
 
 
-def register(type_name, v1=None):
+def register(type_name, v1=None, fork=None):
     """Class decorator: make a layer class buildable from ``type: "<type_name>"``.
 
     Args:
         type_name: the prototxt type string ("Pooling").
         v1: the V1LayerParameter enum name ("POOLING"), when the type existed in V1 nets.
+        fork: for a layer type BVLC Caffe does not have, the Caffe fork it comes from, as
+            pycaffe_cli/io/foreign.py names it (foreign.SSD, ...).
     """
     def decorate(cls):
         if type_name in _REGISTRY:
             raise RuntimeError(f"layer type {type_name!r} registered twice")
         _REGISTRY[type_name] = cls
         cls.type = type_name
+        cls.fork = fork
         if v1 is not None:
             _V1_NAMES[v1] = type_name
         return cls
@@ -145,6 +148,7 @@ class Layer:
     auto_top_blobs = False
     in_place_ok = False
     type = None
+    fork = None
     inference_hooks = InferenceHooks  # what the inference plan may assume and ask (see there)
 
     def __init__(self, param):

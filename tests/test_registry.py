@@ -9,7 +9,8 @@ from google.protobuf import text_format
 from PIL import Image
 
 from pycaffe_cli.data import db
-from pycaffe_cli.layers.base import registered_types
+from pycaffe_cli.io.foreign import LAYER_TYPES
+from pycaffe_cli.layers.base import layer_class, registered_types
 from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
 
@@ -21,8 +22,11 @@ Reduction Reshape SPP Scale Sigmoid SigmoidCrossEntropyLoss Silence Slice Softma
 Split Swish TanH Threshold Tile WindowData""".split()
 
 
-def test_registry_equals_caffes_set():
-    assert registered_types() == sorted(CAFFE_TYPES)
+def test_registry_equals_caffes_set_and_the_fork_layers():
+    bvlc = [name for name in registered_types() if layer_class(name).fork is None]
+    assert bvlc == sorted(CAFFE_TYPES)
+    for name in set(registered_types()) - set(CAFFE_TYPES):
+        assert layer_class(name).fork == LAYER_TYPES[name][0], name
 
 
 def test_the_registry_walks_layer_families_but_not_the_kernels():

@@ -7,10 +7,11 @@ tables add where the name comes from and what BVLC Caffe writes instead (or that
 such layer).
 
 The schemas of SSD, Fast/Faster R-CNN and R-FCN are part of pycaffe's own (proto/caffe.proto),
-so their files parse; what pycaffe does not implement of them yet is refused where it would
-act: a layer type in the registry's unknown-type error (LAYER_TYPES), an option those forks
-add to BVLC's own messages by ``unimplemented_option`` (UNIMPLEMENTED). Whoever implements one
-removes its entry.
+so their files parse. Their layers register with ``fork=`` one of SSD, FAST_RCNN, RFCN (the
+same words LAYER_TYPES holds for them, which ``pycaffe layers`` prints); a type of LAYER_TYPES
+that is not registered is refused in the registry's unknown-type error. An option those forks
+add to BVLC's own messages that pycaffe does not implement yet is refused by
+``unimplemented_option`` (UNIMPLEMENTED); whoever implements one removes its entry.
 """
 import re
 
@@ -18,9 +19,9 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from pycaffe_cli.proto import caffe_pb2
 
-_SSD = "SSD's Caffe fork (weiliu89/caffe, branch ssd)"
-_FAST_RCNN = "Fast/Faster R-CNN's Caffe fork (rbgirshick/caffe-fast-rcnn)"
-_RFCN = "R-FCN's Caffe forks (daijifeng001/caffe-rfcn, py-R-FCN's Microsoft/caffe)"
+SSD = "SSD's Caffe fork (weiliu89/caffe, branch ssd)"
+FAST_RCNN = "Fast/Faster R-CNN's Caffe fork (rbgirshick/caffe-fast-rcnn)"
+RFCN = "R-FCN's Caffe forks (daijifeng001/caffe-rfcn, py-R-FCN's Microsoft/caffe)"
 _MOBILENET = "MobileNet Caffe ports"
 _DEPTHWISE = "a Convolution layer with group equal to its input channels"
 _NVCAFFE = ("is NVIDIA Caffe's mixed precision; BVLC Caffe computes in float32, so delete "
@@ -29,20 +30,20 @@ _NO_BVLC = "BVLC Caffe has no such layer"
 
 # layer type -> (where it comes from, its parameter field or None, BVLC equivalent or None)
 LAYER_TYPES = {
-    "Normalize": (_SSD, "norm_param", None),
-    "PriorBox": (_SSD, "prior_box_param", None),
-    "Permute": (_SSD, "permute_param", None),
-    "DetectionOutput": (_SSD, "detection_output_param", None),
-    "DetectionEvaluate": (_SSD, "detection_evaluate_param", None),
-    "MultiBoxLoss": (_SSD, "multibox_loss_param", None),
-    "AnnotatedData": (_SSD, "annotated_data_param", "a Data layer (without the boxes)"),
-    "VideoData": (_SSD, "video_data_param", None),
-    "ROIPooling": (_FAST_RCNN, "roi_pooling_param", None),
-    "SmoothL1Loss": (_FAST_RCNN, "smooth_l1_loss_param", None),
-    "PSROIPooling": (_RFCN, "psroi_pooling_param", None),
-    "BoxAnnotatorOHEM": (_RFCN, "box_annotator_ohem_param", None),
-    "SoftmaxWithLossOHEM": (_RFCN, None, None),
-    "SmoothL1LossOHEM": (_RFCN, None, None),
+    "Normalize": (SSD, "norm_param", None),
+    "PriorBox": (SSD, "prior_box_param", None),
+    "Permute": (SSD, "permute_param", None),
+    "DetectionOutput": (SSD, "detection_output_param", None),
+    "DetectionEvaluate": (SSD, "detection_evaluate_param", None),
+    "MultiBoxLoss": (SSD, "multibox_loss_param", None),
+    "AnnotatedData": (SSD, "annotated_data_param", "a Data layer (without the boxes)"),
+    "VideoData": (SSD, "video_data_param", None),
+    "ROIPooling": (FAST_RCNN, "roi_pooling_param", None),
+    "SmoothL1Loss": (FAST_RCNN, "smooth_l1_loss_param", None),
+    "PSROIPooling": (RFCN, "psroi_pooling_param", None),
+    "BoxAnnotatorOHEM": (RFCN, "box_annotator_ohem_param", None),
+    "SoftmaxWithLossOHEM": (RFCN, None, None),
+    "SmoothL1LossOHEM": (RFCN, None, None),
     "Interp": ("DeepLab's and PSPNet's Caffe forks", "interp_param",
                'a Deconvolution layer with weight_filler { type: "bilinear" }'),
     "BN": ("SegNet's and PSPNet's Caffe forks", "bn_param",
@@ -91,7 +92,7 @@ for _type, (_source, _field, _instead) in LAYER_TYPES.items():
 # not implemented yet, so that a net or solver using one is refused instead of run without
 # it. (message, field) -> (what it is, what BVLC Caffe does instead or None) refuses a value
 # other than the field's default; (message, field, value) refuses that value only.
-_SSD_AUGMENTATION = (f"data augmentation from {_SSD}",
+_SSD_AUGMENTATION = (f"data augmentation from {SSD}",
                      "BVLC Caffe's transform_param has only scale, mirror, crop_size, "
                      "mean_file, mean_value, force_color and force_gray")
 UNIMPLEMENTED = {
@@ -100,17 +101,17 @@ UNIMPLEMENTED = {
     ("TransformationParameter", "distort_param"): _SSD_AUGMENTATION,
     ("TransformationParameter", "expand_param"): _SSD_AUGMENTATION,
     ("TransformationParameter", "emit_constraint"): (
-        f"the rule of {_SSD} for which boxes of annotated data a crop keeps", None),
+        f"the rule of {SSD} for which boxes of annotated data a crop keeps", None),
     ("TransformationParameter", "crop_h"): (
-        f"a rectangular crop from {_SSD}", "BVLC Caffe crops squares of crop_size"),
+        f"a rectangular crop from {SSD}", "BVLC Caffe crops squares of crop_size"),
     ("TransformationParameter", "crop_w"): (
-        f"a rectangular crop from {_SSD}", "BVLC Caffe crops squares of crop_size"),
+        f"a rectangular crop from {SSD}", "BVLC Caffe crops squares of crop_size"),
     ("SolverParameter", "eval_type"): (
-        f"the mean average precision test of {_SSD}",
+        f"the mean average precision test of {SSD}",
         'BVLC Caffe scores a test net by its outputs (eval_type "classification")'),
-    ("SolverParameter", "lr_policy", "plateau"): (f"a learning rate policy of {_SSD}", None),
+    ("SolverParameter", "lr_policy", "plateau"): (f"a learning rate policy of {SSD}", None),
     ("LossParameter", "normalization", "PRE_FIXED"): (
-        f"the loss normalization of {_RFCN} by pre_fixed_normalizer",
+        f"the loss normalization of {RFCN} by pre_fixed_normalizer",
         "BVLC Caffe's loss layers divide by FULL, VALID, BATCH_SIZE or NONE"),
 }
 
