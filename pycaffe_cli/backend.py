@@ -17,7 +17,7 @@ class Mode(enum.Enum):
 
 
 _state = {"mode": Mode.CPU, "device": 0, "rng": np.random.default_rng(), "logged": set(),
-          "solver_count": 1, "solver_rank": 0, "multiprocess": False}
+          "solver_count": 1, "solver_rank": 0, "multiprocess": False, "compiles": set()}
 
 
 def mode():
@@ -54,10 +54,33 @@ def set_mode_gpu(device_id=0):
         raise CaffeError(f"GPU {device_id} requested but this machine has {count} CUDA "
                          f"device{'s' if count != 1 else ''} (ids 0-{count - 1})")
     cuda.select_device(device_id)
+    _check_cuda_compiles(device_id)
     from pycaffe_cli.cuda import math
     math.use_device(device_id)
     _state["mode"] = Mode.GPU
     _state["device"] = device_id
+
+
+def _check_cuda_compiles(device_id):
+    """Compile and run one small kernel, once per device, so that a numba-cuda that cannot
+    compile in this environment (one built for another numpy, say) is one clear error here
+    instead of a traceback at a net's first kernel."""
+    if device_id in _state["compiles"]:
+        return
+    import numpy
+    try:
+        from pycaffe_cli.cuda import fill, memory
+        probe = memory.empty(1)
+        fill.fill(probe, 0)
+        probe.copy_to_host()
+    except Exception as error:  # compile and driver errors come in many types
+        import numba
+        raise CaffeError(
+            f"GPU {device_id}: numba's CUDA target cannot compile and run a kernel here "
+            f"({type(error).__name__}: {error}); numba {numba.__version__}, numpy "
+            f"{numpy.__version__}: install versions that work together (pip install "
+            "'pycaffe[gpu]' resolves them) or run without --gpu") from None
+    _state["compiles"].add(device_id)
 
 
 def set_device(device_id):

@@ -191,6 +191,25 @@ def test_solver_mode_gpu_and_the_gpu_flag(run_cli, make_solver, request, cuda):
     assert "Traceback" not in flagged.err
 
 
+@pytest.mark.gpu
+def test_a_cuda_target_that_cannot_compile_is_one_clear_error(run_cli, make_solver, monkeypatch):
+    """numba-cuda built for another numpy fails at its first kernel compile (numpy 2.5 removed
+    np.row_stack, which numba-cuda 0.30 registers); --gpu checks once, up front, and names
+    the versions instead of a traceback from deep inside a net's first layer."""
+    from pycaffe_cli.cuda import fill
+
+    def broken(out, value):
+        raise AttributeError("module 'numpy' has no attribute 'row_stack'")
+    monkeypatch.setattr(fill, "fill", broken)
+    monkeypatch.setitem(backend._state, "compiles", set())
+    result = run_cli("train", "-solver", make_solver(**QUICK), "-gpu", "0")
+    assert result.code == 1
+    [line] = result.error_lines()
+    assert "GPU 0: numba's CUDA target cannot compile and run a kernel here (AttributeError: " \
+        "module 'numpy' has no attribute 'row_stack'); numba " in line
+    assert "Traceback" not in result.err
+
+
 def _losses(result):
     return [float(m.rsplit("= ", 1)[1]) for m in result.messages
             if re.match(r"Iteration \d+ \(.*\), loss = ", m)]

@@ -132,7 +132,9 @@ def test_a_killed_rank_ends_the_run_within_seconds(tmp_path, long_job):
     output = stream.read()
     assert status != 0
     assert took < 10
-    assert f"PID {rank1}" in output and "Killed" in output     # mpiexec names the rank
+    # the launcher reports the killed rank in its own words: MPICH "KILLED BY SIGNAL: 9
+    # (Killed)" with the PID, Open MPI "exited on signal 9 (Killed)" (its PID not always)
+    assert "Killed" in output
 
 
 def test_an_error_on_rank_0_ends_every_rank(tmp_path, long_job):

@@ -1,9 +1,11 @@
-"""Each update rule's compiled body against a plain-numpy reference, bit for bit.
+"""Each update rule's compiled body against a plain-numpy reference.
 
 The references are the array formulations the rules had before their bodies were written once
 for both targets (float32 throughout, Caffe's operation order). The CPU driver must give the
-same bits on both of its paths (serial and ``prange``); the CUDA kernel (the simulator here)
-the same bits on a size that makes every thread of the test grid loop.
+same bits on both of its paths (serial and ``prange``: one compiled body, one instruction
+sequence). The CUDA kernel runs on a size that makes every thread of the test grid loop; a real
+GPU's compiler fuses multiply-adds (as nvcc does for Caffe's own kernels), skipping roundings
+the numpy reference makes, so there it agrees within a bound derived below, not to the bit.
 """
 import numpy as np
 import pytest
@@ -94,9 +96,19 @@ def test_cpu_driver_matches_numpy_bit_for_bit(name, size):
             np.testing.assert_array_equal(b, a)
 
 
+# Every rule body rounds at most 8 float32 operations per element and step; fusing a multiply
+# into an add skips one rounding, a change of at most eps/2 of the larger operand's magnitude.
+# Over the two steps compared (the second starts from the first's histories) the two
+# evaluations then differ by at most 2 * 8 * eps relative to the values involved: elementwise
+# for the products and quotients, and relative to the array's largest magnitude where a sum of
+# terms of the same array's scale cancels.
+FUSED_ROUNDINGS = 2 * 8
+FUSED_RTOL = FUSED_ROUNDINGS * float(np.finfo(f32).eps)
+
+
 @pytest.mark.usefixtures("gpu_mode")
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_cuda_kernel_matches_numpy_bit_for_bit(name):
+def test_cuda_kernel_matches_numpy_within_fused_roundings(name):
     rule, reference, histories, scalars = CASES[name]
 
     def on_device(state, s):
@@ -109,4 +121,5 @@ def test_cuda_kernel_matches_numpy_bit_for_bit(name):
     got = run_twice(on_device, 300, histories, scalars)
     for want, have in zip(expected, got):
         for a, b in zip(want, have):
-            np.testing.assert_array_equal(b, a)
+            scale = float(np.abs(a).max())
+            np.testing.assert_allclose(b, a, rtol=FUSED_RTOL, atol=FUSED_RTOL * scale)
