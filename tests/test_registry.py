@@ -45,7 +45,15 @@ def test_the_registry_walks_layer_families_but_not_the_kernels():
 def test_pycaffe_layers_lists_the_registry():
     pycaffe = os.path.join(os.path.dirname(sys.executable), "pycaffe")
     result = subprocess.run([pycaffe, "layers"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.split() == sorted(CAFFE_TYPES)
+    assert result.returncode == 0
+    # BVLC's types bare, the forks' (registered so far) followed by a tab and their fork
+    lines = result.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == registered_types()
+    assert [line for line in lines if "\t" not in line] == sorted(CAFFE_TYPES)
+    for line in lines:
+        if "\t" in line:
+            name, source = line.split("\t")
+            assert source == f"from {LAYER_TYPES[name][0]}", line
 
 
 def make_sources(tmp):

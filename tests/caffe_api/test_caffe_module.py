@@ -28,9 +28,15 @@ def test_proto_module_is_the_engines():
 
 
 def test_layer_type_list():
+    """BVLC's 61 types, and the layers of other forks pycaffe implements (each names its
+    fork)."""
+    from pycaffe_cli.layers.base import layer_class
     types = caffe.layer_type_list()
-    assert types == sorted(types) and len(types) == 61
-    assert {"Python", "Convolution", "InnerProduct", "Data", "LSTM"} <= set(types)
+    assert types == sorted(types)
+    bvlc = [name for name in types if layer_class(name).fork is None]
+    assert len(bvlc) == 61
+    assert {"Python", "Convolution", "InnerProduct", "Data", "LSTM"} <= set(bvlc)
+    assert {"PriorBox", "DetectionOutput", "MultiBoxLoss", "ROIPooling"} <= set(types) - set(bvlc)
 
 
 def test_random_seed_makes_fillers_repeatable(tmp_path):
