@@ -58,6 +58,7 @@ class InfogainLossLayer(LossLayer):
             raise self.error('loss_param.normalize is deprecated for this layer; use '
                              '"normalization"')
         self.normalization = loss_param.normalization
+        self.pre_fixed = loss_param.pre_fixed_normalizer
         self.prob = Blob()
         self._scratch = Blob()  # GPU: softmax max / sum per location, then the loss terms
         self._gpu_row_sums = Blob()  # GPU: sum_c H[r, c] per row r
@@ -119,7 +120,8 @@ class InfogainLossLayer(LossLayer):
         _, valid, _, rows = self._label_rows(bottom)
         log_prob = np.log(np.maximum(prob, LOG_THRESHOLD))
         per_location = np.einsum("ocj,ocj->oj", rows.astype(np.float64), log_prob)
-        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
+        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()),
+                           pre_fixed=self.pre_fixed)
         top[0].data[...] = -per_location[valid].sum() / scale
         if len(top) > 1:
             top[1].data[...] = self.prob.data
@@ -138,7 +140,8 @@ class InfogainLossLayer(LossLayer):
         np.multiply(prob, row_sums[labels][:, None, :], out=diff)
         diff -= rows
         diff *= valid[:, None, :]
-        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
+        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()),
+                           pre_fixed=self.pre_fixed)
         diff *= np.float32(top[0].diff[()] / scale)
 
     def allow_force_backward(self, bottom_index):

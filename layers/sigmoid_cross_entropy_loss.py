@@ -47,6 +47,7 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
         self.ignore_label = (loss_param.ignore_label if loss_param.HasField("ignore_label")
                              else None)
         self.normalization = sigmoid_loss_normalization(loss_param)
+        self.pre_fixed = loss_param.pre_fixed_normalizer
         self._gpu_terms = Blob()
 
     def reshape(self, bottom, top):
@@ -76,7 +77,8 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
             total, count = terms.sum(dtype=np.float64), terms.size
         else:
             total, count = terms[valid].sum(dtype=np.float64), int(valid.sum())
-        self.scale = normalizer(self.normalization, self.outer, self.inner, count)
+        self.scale = normalizer(self.normalization, self.outer, self.inner, count,
+                                pre_fixed=self.pre_fixed)
         top[0].data[...] = -total / self.scale
 
     def backward_cpu(self, top, propagate_down, bottom):
@@ -103,7 +105,8 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
         valid = count
         if has_ignore and self.normalization == _Norm.VALID:
             valid, _ = gpu.label_counts(count, targets, 0, self.ignore_label)
-        self.scale = normalizer(self.normalization, self.outer, self.inner, valid)
+        self.scale = normalizer(self.normalization, self.outer, self.inner, valid,
+                                pre_fixed=self.pre_fixed)
         gpu.sum_into(count, terms, -self.scale, top[0].mutable_gpu_data)
 
     def backward_gpu(self, top, propagate_down, bottom):

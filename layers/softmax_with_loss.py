@@ -7,7 +7,8 @@ labels l (outer x inner values, some possibly equal to ``loss_param.ignore_label
     dx   = (p - onehot(l)) * loss_weight / normalizer, and 0 at ignored locations
 
 normalizer = max(1, n) with n by ``loss_param.normalization``: FULL outer*inner, VALID the
-number of non-ignored labels, BATCH_SIZE outer, NONE 1. The legacy ``normalize`` flag, when
+number of non-ignored labels, BATCH_SIZE outer, NONE 1, PRE_FIXED (R-FCN's)
+``loss_param.pre_fixed_normalizer``. The legacy ``normalize`` flag, when
 ``normalization`` is not set, means VALID (true) or BATCH_SIZE (false). An optional second top
 receives the probabilities.
 
@@ -40,10 +41,11 @@ def loss_normalization(loss_param):
     return loss_param.normalization
 
 
-def normalizer(mode, outer, inner, valid_count):
-    """Caffe's LossLayer::GetNormalizer, clamped below at 1."""
+def normalizer(mode, outer, inner, valid_count, pre_fixed=1.0):
+    """Caffe's LossLayer::GetNormalizer, clamped below at 1; PRE_FIXED (R-FCN's fork) gives
+    ``pre_fixed`` (loss_param.pre_fixed_normalizer)."""
     value = {_Norm.FULL: outer * inner, _Norm.VALID: valid_count,
-             _Norm.BATCH_SIZE: outer, _Norm.NONE: 1}[mode]
+             _Norm.BATCH_SIZE: outer, _Norm.NONE: 1, _Norm.PRE_FIXED: pre_fixed}[mode]
     return max(1.0, float(value))
 
 
@@ -92,7 +94,8 @@ def softmax_loss_forward_gpu(layer, bottom, top, terms_kernel, *extra):
     launch(terms_kernel, positions, layer.prob.gpu_data,
            bottom[1].gpu_data, *extra, channels, inner,
            *ignore_args(layer.ignore_label), scratch)
-    layer._scale = normalizer(layer.normalization, outer, inner, valid)
+    layer._scale = normalizer(layer.normalization, outer, inner, valid,
+                              pre_fixed=layer.pre_fixed)
     gpu.sum_into(positions, scratch, -layer._scale, top[0].mutable_gpu_data)
     if len(top) > 1:
         memory.copy(layer.prob.gpu_data, top[1].mutable_gpu_data)
@@ -111,6 +114,7 @@ class SoftmaxWithLossLayer(LossLayer):
         self.ignore_label = (loss_param.ignore_label if loss_param.HasField("ignore_label")
                              else None)
         self.normalization = loss_normalization(loss_param)
+        self.pre_fixed = loss_param.pre_fixed_normalizer
         self.prob = Blob()
         self._scratch = Blob()  # GPU: softmax max / sum per location, then the loss terms
 
@@ -137,7 +141,8 @@ class SoftmaxWithLossLayer(LossLayer):
                                       prob.shape[1], self.ignore_label)
         picked = np.take_along_axis(prob, labels[:, None, :], axis=1)[:, 0, :]
         log_prob = np.log(np.maximum(picked[valid], FLT_MIN)).astype(np.float64)
-        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
+        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()),
+                           pre_fixed=self.pre_fixed)
         top[0].data[...] = -log_prob.sum() / scale
         if len(top) > 1:
             top[1].data[...] = self.prob.data
@@ -155,7 +160,8 @@ class SoftmaxWithLossLayer(LossLayer):
         outer_index, inner_index = np.nonzero(valid)
         diff[outer_index, labels[valid], inner_index] -= np.float32(1)
         diff *= valid[:, None, :]
-        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()))
+        scale = normalizer(self.normalization, self.outer, self.inner, int(valid.sum()),
+                           pre_fixed=self.pre_fixed)
         diff *= np.float32(top[0].diff[()] / scale)
 
     # --- GPU ---------------------------------------------------------------------------------

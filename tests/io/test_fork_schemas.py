@@ -351,14 +351,18 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "
 
 
 @pytest.mark.parametrize("extra, where, words", [
-    ('eval_type: "detection"\nap_version: "11point"\n', ":5: ",
-     ['eval_type: "detection"', "SSD's Caffe fork", "does not implement"]),
-    ('lr_policy: "plateau"\nplateau_winsize: 1000\n', ":5: ",
-     ['lr_policy: "plateau"', "SSD's Caffe fork"]),
+    # SSD's solver options run (tests/solvers/test_detection_eval.py checks what they do)
+    ('eval_type: "detection"\nap_version: "11point"\n', None, []),
+    ('lr_policy: "plateau"\nplateau_winsize: 1000\n', None, []),
     ('eval_type: "classification"\nshow_per_class_result: true\n', None, []),
+    # values the fork does not know: one line naming the field
+    ('eval_type: "segmentation"\n', ":5: ",
+     ['eval_type: "segmentation"', "Unknown evaluation type"]),
+    ('eval_type: "detection"\nap_version: "VOC"\n', ":6: ",
+     ['ap_version: "VOC"', "Unknown ap_version", '"11point"']),
 ])
-def test_the_solver_refuses_what_is_not_implemented(run_cli, write, extra,  # noqa: F811
-                                                    where, words):
+def test_the_solver_runs_ssds_options_and_refuses_unknown_values(run_cli, write,  # noqa: F811
+                                                                 extra, where, words):
     net = write("net.prototxt", TINY_NET)
     policy = "" if "lr_policy" in extra else 'lr_policy: "fixed"\n'
     solver = write("solver.prototxt", f'net: "{net}"\nbase_lr: 0.01\nmax_iter: 1\n'
@@ -372,3 +376,15 @@ def test_the_solver_refuses_what_is_not_implemented(run_cli, write, extra,  # no
     assert line.startswith(f"pycaffe: error: {solver}{where}")
     for word in words:
         assert word in line
+
+
+def test_rfcn_pre_fixed_normalization_trains(run_cli, write):  # noqa: F811
+    """loss_param { normalization: PRE_FIXED } (R-FCN) runs: the loss is divided by
+    pre_fixed_normalizer (the layers' own tests check the numbers)."""
+    net = write("net.prototxt", TINY_NET.replace(
+        'top: "loss" }', 'top: "loss"\n  loss_param { normalization: PRE_FIXED '
+        'pre_fixed_normalizer: 128 } }'))
+    solver = write("solver.prototxt", f'net: "{net}"\nbase_lr: 0.01\nmax_iter: 1\n'
+                   'lr_policy: "fixed"\nsnapshot_after_train: false\n')
+    result = run_cli("train", "--solver", solver)
+    assert result.code == 0, result.err
