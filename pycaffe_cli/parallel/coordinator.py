@@ -71,4 +71,5 @@ class Coordinator:
             return None
         return state_io.write_snapshot(solver.param, solver.iter, solver.net,
                                        solver.test_nets, solver.current_step, solver.history,
-                                       solver.run_id, other_ranks=states[1:])
+                                       solver.run_id, other_ranks=states[1:],
+                                       plateau=solver.plateau)

@@ -45,7 +45,8 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
     Attributes (the state the three parts share):
         param: the solver's own copy of the SolverParameter.
         net, test_nets: the train Net and the list of test Nets.
-        iter: number of updates done so far; current_step: the lr policy's step index.
+        iter: number of updates done so far; current_step: the lr policy's step index;
+            plateau: lr_policy "plateau"'s state (lr_policy.PlateauState), snapshotted.
         run_id: this run's identity, recorded in its snapshots' sidecars (new when a run
             starts from scratch, the snapshot's when it resumes from a pycaffe snapshot).
         history: the update rule's history Blobs (``history_per_param`` per learnable param,
@@ -86,6 +87,7 @@ class Solver(LoopMixin, UpdateMixin, SnapshotMixin):
         LOG.info("Solver scaffolding done.")
         self.iter = 0
         self.current_step = 0
+        self.plateau = lr_policy.PlateauState()
         self.run_id = new_run_id()
         self.smoothed_loss = np.float32(0)
         self._losses = []

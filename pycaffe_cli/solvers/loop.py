@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from pycaffe_cli.detection.average_precision import DetectionResults, check_result_blob
 from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.log import LOG
 
@@ -115,11 +116,43 @@ class LoopMixin:
             self._losses[idx] = loss
 
     def test_all(self):
-        """Caffe's TestAll: test every test net until a stop is requested."""
+        """Caffe's TestAll: test every test net until a stop is requested (by mean average
+        precision with SSD's eval_type "detection")."""
         for test_net_id in range(len(self.test_nets)):
             if self.requested_early_exit:
                 break
-            self.test(test_net_id)
+            if self.param.eval_type == "detection":
+                self.test_detection(test_net_id)
+            else:
+                self.test(test_net_id)
+
+    def test_detection(self, test_net_id):
+        """SSD's TestDetection: gather the DetectionEvaluate rows of test_iter forward passes
+        and log each output's mean average precision (ap_version; with
+        show_per_class_result each class's AP too), as "Test net output #k: name = mAP".
+
+        Every output must be DetectionEvaluate rows. Unlike the fork, an output without any
+        detection is logged too (mAP 0; the fork logs nothing or stops on it).
+
+        Returns:
+            the mAP of each output (float32), or None when interrupted.
+        """
+        test_net = self.test_nets[test_net_id]
+        names = [test_net.blob_entries[i].name for i in test_net.output_blob_indices]
+        results = DetectionResults(len(names))
+
+        def gather(net):
+            for j, blob in enumerate(net.output_blobs):
+                check_result_blob(blob.shape, names[j], f'eval_type "detection": test net '
+                                                        f"#{test_net_id}")
+                results.add(j, blob.cpu_data)
+        if self._test_passes(test_net_id, gather) is None:
+            return None
+        maps = np.array([results.log(j, f"    Test net output #{j}: {name}",
+                                     self.param.ap_version, self.param.show_per_class_result)
+                         for j, name in enumerate(names)], np.float32)
+        self.mean_scores[test_net_id] = maps
+        return maps
 
     def test(self, test_net_id):
         """Caffe's Test: average each output over test_iter forward passes and log it.
@@ -127,11 +160,34 @@ class LoopMixin:
         Returns:
             the mean scores (float32 per output element), or None when interrupted.
         """
+        test_net = self.test_nets[test_net_id]
+        sums = []
+
+        def accumulate(net):
+            outputs = self._net_outputs(net)
+            sums[:] = [outputs.copy() if not sums else sums[0] + outputs]
+        if self._test_passes(test_net_id, accumulate) is None:
+            return None
+        scores = sums[0] if sums else np.zeros(0, np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):   # test_iter 0: nan, as Caffe
+            mean = scores / _f32(self.param.test_iter[test_net_id])
+        self.mean_scores[test_net_id] = mean
+        self._log_outputs(test_net, "Test", mean)
+        return mean
+
+    def _test_passes(self, test_net_id, after_each):
+        """The test loop both kinds of test share: the train net's weights into the test net,
+        then test_iter forward passes, ``after_each(test_net)`` after each, stopping early on
+        a stop request; logs the mean test loss with test_compute_loss.
+
+        Returns:
+            the mean loss (float32), or None when interrupted.
+        """
         LOG.info(f"Iteration {self.iter}, Testing net (#{test_net_id})")
         test_net = self.test_nets[test_net_id]
         net_weights.share_trained_layers_with(test_net, self.net)
         test_iter = self.param.test_iter[test_net_id]
-        scores, loss = None, _f32(0)
+        loss = _f32(0)
         for _ in range(test_iter):
             self._drain_requests()
             if self.requested_early_exit:
@@ -139,21 +195,15 @@ class LoopMixin:
             iter_loss = _f32(test_net.forward())
             if self.param.test_compute_loss:
                 loss += iter_loss
-            outputs = self._net_outputs(test_net)
-            scores = outputs.copy() if scores is None else scores + outputs
+            after_each(test_net)
         if self.requested_early_exit:
             LOG.info("Test interrupted.")
             return None
-        if scores is None:
-            scores = np.zeros(0, np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):   # test_iter 0: nan, as Caffe
             loss /= _f32(test_iter)
-            mean = scores / _f32(test_iter)
         if self.param.test_compute_loss:
             LOG.info(f"Test loss: {_g(loss)}")
-        self.mean_scores[test_net_id] = mean
-        self._log_outputs(test_net, "Test", mean)
-        return mean
+        return loss
 
     def _drain_requests(self):
         request = self._requested_action()

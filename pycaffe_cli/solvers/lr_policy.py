@@ -6,8 +6,14 @@ sub-expressions of ``float`` fields are float32, ``pow``/``exp`` run in double, 
 itself is a float32 (Caffe's ``Dtype rate``). ``multistep`` is a pure function of the iteration
 (the number of ``stepvalue`` entries already reached) instead of Caffe's incrementing counter;
 the two agree because ``stepvalue`` must be strictly increasing (checked).
+
+SSD's fork adds "plateau", the one policy with state: the rate drops by ``gamma`` each time
+the smoothed loss has not reached a new minimum for a window of ``plateau_winsize[k]``
+iterations. Its formula is ``plateau``; ``advance_plateau`` is the fork's bookkeeping, which
+the solver runs once per iteration and whose state (``PlateauState``) it snapshots.
 """
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,6 +62,43 @@ def sigmoid(param, iteration):
 
 POLICIES = {"fixed": fixed, "step": step, "exp": exp, "inv": inv, "multistep": multistep,
             "poly": poly, "sigmoid": sigmoid}
+STATEFUL_POLICIES = ("plateau",)
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def plateau(param, current_step):
+    """lr = base_lr * gamma ^ current_step, current_step counting the plateau windows passed
+    without a new minimum loss (``advance_plateau``)."""
+    return param.base_lr * _pow(param.gamma, current_step)
+
+
+class PlateauState(NamedTuple):
+    """"plateau"'s state: the step, the smallest smoothed loss seen (float32; FLT_MAX before
+    the first, as the fork's PreSolve sets it), and the iteration of the last event (a new
+    minimum or a step)."""
+    current_step: int = 0
+    minimum_loss: float = FLT_MAX
+    iter_last_event: int = 0
+
+
+def advance_plateau(param, iteration, smoothed_loss, state):
+    """The fork's "plateau" bookkeeping in GetLearningRate, for one iteration.
+
+    A smoothed loss below the minimum becomes the minimum (an event); then, while windows
+    remain, ``iteration >= iter_last_event + plateau_winsize[current_step]`` takes a step
+    (an event too).
+
+    Returns:
+        (the new PlateauState, whether it took a step).
+    """
+    step_now, minimum, last_event = state
+    if _f32(smoothed_loss) < _f32(minimum):
+        minimum, last_event = float(_f32(smoothed_loss)), iteration
+    stepped = False
+    if step_now < len(param.plateau_winsize):
+        if iteration >= last_event + param.plateau_winsize[step_now]:
+            step_now, last_event, stepped = step_now + 1, iteration, True
+    return PlateauState(step_now, minimum, last_event), stepped
 
 
 def step_index(param, iteration):
@@ -72,9 +115,10 @@ def check_policy(param):
     CHECKs (stepsize > 0 for "step" and "sigmoid", gamma >= 0 for all but "fixed" and
     "poly"), max_iter > 0 for "poly" (it divides by it) and increasing stepvalues."""
     name = param.lr_policy
-    if name not in POLICIES:
+    if name not in POLICIES and name not in STATEFUL_POLICIES:
+        known = sorted([*POLICIES, *STATEFUL_POLICIES])
         raise refuse(param, "lr_policy", f'Unknown learning rate policy: "{name}" (known '
-                                         f'policies: {", ".join(sorted(POLICIES))})')
+                                         f'policies: {", ".join(known)})')
     if name in ("step", "sigmoid") and param.stepsize <= 0:
         raise refuse(param, "stepsize", f'lr_policy "{name}" needs stepsize > 0')
     if name in ("step", "exp", "inv", "multistep", "sigmoid") and param.gamma < 0:
@@ -91,8 +135,9 @@ def check_policy(param):
                              f"{values[index - 1]})", index)
 
 
-def learning_rate(param, iteration):
-    """The learning rate at ``iteration`` for a caffe.SolverParameter, as a float32 value.
+def learning_rate(param, iteration, current_step=0):
+    """The learning rate at ``iteration`` for a caffe.SolverParameter, as a float32 value
+    (``current_step``: "plateau"'s step, from ``advance_plateau``; the others ignore it).
 
     Raises:
         FieldError: unknown ``lr_policy`` (the message lists the known ones) or a parameter
@@ -100,6 +145,8 @@ def learning_rate(param, iteration):
     """
     check_policy(param)
     with np.errstate(over="ignore"):   # a rate past float32's range is inf, as in Caffe
+        if param.lr_policy == "plateau":
+            return float(_f32(plateau(param, current_step)))
         return float(_f32(POLICIES[param.lr_policy](param, iteration)))
 
 

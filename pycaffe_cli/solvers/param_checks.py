@@ -9,6 +9,7 @@ file and the field's line in front: ``solver.prototxt:7: momentum2: 2: ...``.
 """
 import math
 
+from pycaffe_cli.detection.average_precision import AP_VERSIONS
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.foreign import unimplemented_option
 
@@ -96,9 +97,19 @@ def check_common(param):
     check_test_nets(param)
 
 
+EVAL_TYPES = ("classification", "detection")
+
+
 def check_fork_options(param):
-    """Refuse an option SSD's Caffe fork adds to the solver that pycaffe parses but does not
-    implement yet (eval_type "detection", lr_policy "plateau"; io/foreign.py)."""
+    """SSD's solver options: eval_type "classification" or "detection" and, for
+    "detection", a known ap_version; and refuse an option of a fork that pycaffe parses but
+    does not implement yet (io/foreign.py)."""
+    if param.eval_type not in EVAL_TYPES:
+        raise refuse(param, "eval_type", 'Unknown evaluation type (known: "classification", '
+                                         '"detection")')
+    if param.eval_type == "detection" and param.ap_version not in AP_VERSIONS:
+        known = ", ".join(f'"{name}"' for name in AP_VERSIONS)
+        raise refuse(param, "ap_version", f"Unknown ap_version (known: {known})")
     found = unimplemented_option(param)
     if found:
         field, shown, reason = found

@@ -1,15 +1,15 @@
 """Snapshots and restore (Caffe's Solver::Snapshot / Restore and SGDSolver's state I/O).
 
 ``SnapshotMixin`` is one of the three parts of ``base.Solver``; it reads the attributes the
-Solver declares (``param``, ``iter``, ``net``, ``test_nets``, ``current_step``, ``history``,
-``type``, ``run_id``) and writes ``iter``, ``current_step``, the history blobs and, when the
-snapshot has a pycaffe sidecar, ``run_id`` on restore. The file formats, the write order and
-the checks live in state.py and sidecar.py.
+Solver declares (``param``, ``iter``, ``net``, ``test_nets``, ``current_step``, ``plateau``,
+``history``, ``type``, ``run_id``) and writes ``iter``, ``current_step``, ``plateau``, the
+history blobs and, when the snapshot has a pycaffe sidecar, ``run_id`` on restore. The file
+formats, the write order and the checks live in state.py and sidecar.py.
 """
 from pycaffe_cli.net import weights as net_weights
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.log import LOG
-from pycaffe_cli.solvers import sidecar, state as state_io
+from pycaffe_cli.solvers import lr_policy, sidecar, state as state_io
 
 
 class SnapshotMixin:
@@ -25,7 +25,8 @@ class SnapshotMixin:
         if self.coordinator is not None:
             return self.coordinator.snapshot(self)
         return state_io.write_snapshot(self.param, self.iter, self.net, self.test_nets,
-                                       self.current_step, self.history, self.run_id)
+                                       self.current_step, self.history, self.run_id,
+                                       plateau=self.plateau)
 
     def restore(self, path):
         """Load a .solverstate(.h5): iter, weights (learned_net), current_step, history, and
@@ -40,6 +41,8 @@ class SnapshotMixin:
             net_weights.copy_trained_layers_from(
                 self.net, weights or state_io.locate_learned_net(saved.learned_net, path))
         self.current_step = saved.current_step
+        self.plateau = lr_policy.PlateauState(saved.current_step, saved.minimum_loss,
+                                              saved.iter_last_event)
         self._restore_history(saved, path)
         if resume is not None:
             self.run_id = resume.run_id

@@ -4,7 +4,10 @@ File names are ``<snapshot_prefix>_iter_<N>`` + ``.caffemodel``/``.solverstate``
 ``.caffemodel.h5``/``.solverstate.h5`` for snapshot_format HDF5), as Caffe names them. The
 HDF5 solver state has Caffe's SnapshotSolverStateToHDF5 layout: int datasets ``iter`` and
 ``current_step`` (shape (1,)), a null-terminated string dataset ``learned_net``, and a group
-``history`` holding datasets ``"0"``..``"n-1"`` shaped like their params.
+``history`` holding datasets ``"0"``..``"n-1"`` shaped like their params. With SSD's lr_policy
+"plateau" both formats also carry its state as the fork writes it: ``minimum_loss`` and
+``iter_last_event`` (SolverState fields 5 and 6; HDF5 datasets of those names). A state
+without them reads as the fork's proto defaults (1e38 and 0).
 
 Beyond Caffe: beside each state file, ``<state file>.pycaffe.json`` records the random
 generator's state and every layer's ``get_state()`` (train and test nets), so a resumed run
@@ -33,9 +36,10 @@ from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.solvers.sidecar import (SIDECAR_SUFFIX, sha256_hex, warn_before_overwriting,
                                          write_resume_sidecar)
 from pycaffe_cli.solvers.state_checks import (check_counter, check_learned_net, hdf5_counter,
-                                              hdf5_history, hdf5_string)
+                                              hdf5_float, hdf5_history, hdf5_string)
 
 HDF5 = caffe_pb2.SolverParameter.HDF5
+DEFAULT_MINIMUM_LOSS = float(np.float32(caffe_pb2.SolverState().minimum_loss))
 
 
 # --- names and the snapshot prefix ----------------------------------------------------------
@@ -105,12 +109,14 @@ def write_model(net, param, iteration):
 
 
 def write_snapshot(param, iteration, net, test_nets, current_step, history, run_id,
-                   other_ranks=None):
+                   other_ranks=None, plateau=None):
     """Write one snapshot as a unit: the weights, the resume sidecar, then the solver state.
 
     Args:
         run_id: the run's id (sidecar.new_run_id), recorded in the sidecar.
         other_ranks: data-parallel training's ranks 1..N-1 states for the sidecar.
+        plateau: lr_policy "plateau"'s state (lr_policy.PlateauState), written when the
+            policy is "plateau".
 
     The state file is renamed into place last, so a run killed at any moment leaves every
     state file beside its weights and its sidecar (a state whose weights or sidecar were
@@ -134,7 +140,8 @@ def write_snapshot(param, iteration, net, test_nets, current_step, history, run_
             check_output_target(path)
         warn_before_overwriting((model_file, sidecar, state_file), sidecar, run_id)
         _, weights = write_model(net, param, iteration)
-        _, encoded = encode_solver_state(param, iteration, model_file, current_step, history)
+        _, encoded = encode_solver_state(param, iteration, model_file, current_step, history,
+                                         plateau)
         write_resume_sidecar(state_file, net, test_nets,
                              {"run_id": run_id, "weights_sha256": sha256_hex(weights),
                               "state_sha256": sha256_hex(encoded)}, other_ranks)
@@ -152,21 +159,30 @@ def write_snapshot(param, iteration, net, test_nets, current_step, history, run_
     return state_file
 
 
-def encode_solver_state(param, iteration, learned_net, current_step, history):
+def encode_solver_state(param, iteration, learned_net, current_step, history, plateau=None):
     """The state file's name and bytes (binary SolverState or Caffe's HDF5 layout)."""
     path = state_filename(param, iteration)
+    if param.lr_policy != "plateau":
+        plateau = None
     if param.snapshot_format == HDF5:
         LOG.info(f"Snapshotting solver state to HDF5 file {path}")
         with in_memory_hdf5() as h5:
             _write_int(h5, "iter", iteration)
             _write_string(h5, "learned_net", learned_net)
             _write_int(h5, "current_step", current_step)
+            if plateau is not None:
+                _write_int(h5, "iter_last_event", plateau.iter_last_event)
+                h5.create_dataset("minimum_loss",
+                                  data=np.array([plateau.minimum_loss], dtype=np.float32))
             group = h5.create_group("history")
             for i, blob in enumerate(history):
                 group.create_dataset(str(i), data=blob.cpu_data.astype(np.float32))
             return path, hdf5_bytes(h5)
     state = caffe_pb2.SolverState(iter=iteration, learned_net=learned_net,
                                   current_step=current_step)
+    if plateau is not None:
+        state.minimum_loss = plateau.minimum_loss
+        state.iter_last_event = plateau.iter_last_event
     for blob in history:
         fill_blob_proto(state.history.add(), blob.cpu_data)
     LOG.info(f"Snapshotting solver state to binary proto file {path}")
@@ -195,7 +211,7 @@ def read_solver_state(path):
 
     Returns:
         a namespace with iter, learned_net ("" when absent), current_step, history (a list
-        of float32 arrays) and is_hdf5.
+        of float32 arrays), is_hdf5, minimum_loss and iter_last_event ("plateau"'s state).
     """
     if not os.path.lexists(path):
         raise CaffeError(f"{path}: solver state file not found")
@@ -214,7 +230,10 @@ def read_solver_state(path):
                            learned_net=check_learned_net(state.learned_net, path),
                            current_step=check_counter(state.current_step, path,
                                                       "current_step"),
-                           history=history, is_hdf5=False)
+                           history=history, is_hdf5=False,
+                           minimum_loss=float(np.float32(state.minimum_loss)),
+                           iter_last_event=check_counter(state.iter_last_event, path,
+                                                         "iter_last_event"))
 
 
 def _blob_proto_array(proto, path, index):
@@ -231,7 +250,11 @@ def _read_hdf5_state(path):
             return SimpleNamespace(iter=hdf5_counter(h5, "iter", path),
                                    learned_net=hdf5_string(h5, "learned_net", path),
                                    current_step=hdf5_counter(h5, "current_step", path),
-                                   history=hdf5_history(h5, path), is_hdf5=True)
+                                   history=hdf5_history(h5, path), is_hdf5=True,
+                                   minimum_loss=hdf5_float(h5, "minimum_loss", path,
+                                                           DEFAULT_MINIMUM_LOSS),
+                                   iter_last_event=(hdf5_counter(h5, "iter_last_event", path)
+                                                    if "iter_last_event" in h5 else 0))
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as error:
         reason = " ".join(str(error).split())    # h5py's messages can span lines
         raise CaffeError(f"{path}: cannot read HDF5 solver state (damaged or truncated: "

@@ -63,6 +63,17 @@ def hdf5_counter(h5, name, path):
     return check_counter(int(np.asarray(dataset[()]).reshape(-1)[0]), path, name)
 
 
+def hdf5_float(h5, name, path, default):
+    """Read a float dataset of one value (hdf5_save_float); ``default`` when it is absent."""
+    if name not in h5:
+        return default
+    dataset = _dataset(h5, name, path)
+    if dataset.dtype.kind not in "fiu" or dataset.size != 1:
+        raise field_error(path, name, f"must hold one number, holds {dataset.size} values of "
+                                      f"type {dataset.dtype}")
+    return float(np.float32(np.asarray(dataset[()]).reshape(-1)[0]))
+
+
 def hdf5_string(h5, name, path):
     """Read a (null-terminated) string dataset; "" when it is absent."""
     if name not in h5:

@@ -13,7 +13,8 @@ driver looping over the flat param (``prange`` from ``PARALLEL_MIN`` elements) a
 in the same order.
 
 ``UpdateMixin`` is one of the three parts of ``base.Solver``; it reads what the Solver
-declares (``param``, ``net``, ``iter``, ``current_step``, ``history``).
+declares (``param``, ``net``, ``iter``, ``current_step``, ``history``, and for "plateau"
+``smoothed_loss`` and ``plateau``).
 """
 from typing import Callable, NamedTuple
 
@@ -45,13 +46,31 @@ class UpdateMixin:
     """learning_rate, apply_update and its steps; subclasses give compute_update_value."""
 
     def learning_rate(self):
-        """Caffe's GetLearningRate: the rate for ``self.iter``; tracks ``current_step``."""
+        """Caffe's GetLearningRate: the rate for ``self.iter``; tracks ``current_step`` (and
+        for "plateau" ``plateau``, from the smoothed loss)."""
+        if self.param.lr_policy == "plateau":
+            return self._plateau_rate()
         step = lr_policy.step_index(self.param, self.iter)
         if self.param.lr_policy == "multistep" and step != self.current_step:
             LOG.info(f"MultiStep Status: Iteration {self.iter}, step = {step}")
         if self.param.lr_policy in ("step", "multistep"):
             self.current_step = step
         return _f32(lr_policy.learning_rate(self.param, self.iter))
+
+    def _plateau_rate(self):
+        """SSD's "plateau": advance its state by this iteration's smoothed loss, log as the
+        fork does, and return base_lr * gamma ^ step."""
+        param = self.param
+        state = self.plateau._replace(current_step=self.current_step)
+        state, stepped = lr_policy.advance_plateau(param, self.iter, self.smoothed_loss, state)
+        self.plateau, self.current_step = state, state.current_step
+        if stepped:
+            LOG.info(f"Plateau Status: Iteration {self.iter}, step = {state.current_step}")
+        if (param.display and self.iter % param.display == 0
+                and state.iter_last_event > self.iter - param.display):
+            LOG.info(f"Plateau Status: Iteration {self.iter}, current minimum_loss = "
+                     f"{state.minimum_loss:g}")
+        return _f32(lr_policy.learning_rate(param, self.iter, state.current_step))
 
     def apply_update(self):
         """lr, clip, then per param normalize, regularize, compute the step; net.update()."""

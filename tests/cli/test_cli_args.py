@@ -74,7 +74,7 @@ def test_usage_lists_the_commands(run_cli, argv):
     ("train", ["--solver", "--weights", "--snapshot", "--gpu", "--level", "--stage",
                "--sigint_effect", "--sighup_effect"]),
     ("test", ["--model", "--weights", "--iterations", "--gpu", "--level", "--stage",
-              "--inference_plan", "--noinference_plan"]),
+              "--inference_plan", "--noinference_plan", "--ap_version"]),
     ("time", ["--model", "--iterations", "--phase", "--batch", "--gpu", "--level", "--stage",
               "--inference_plan", "--noinference_plan"]),
     ("device_query", ["--gpu"]),

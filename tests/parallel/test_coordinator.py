@@ -52,11 +52,12 @@ def test_a_snapshot_holds_every_ranks_state_and_only_rank_0_writes(monkeypatch):
     monkeypatch.setattr(coordinator_module.sidecar, "rank_state",
                         lambda net: {"rng": "rng of " + net, "train": {}})
     monkeypatch.setattr(coordinator_module.state_io, "write_snapshot",
-                        lambda *args, other_ranks: written.append((args[1], other_ranks)))
+                        lambda *args, other_ranks, plateau: written.append((args[1],
+                                                                            other_ranks)))
 
     def work(comm):
         solver = SimpleNamespace(param=None, iter=7, net=f"net{comm.rank}", test_nets=[],
-                                 current_step=0, history=[], run_id="r")
+                                 current_step=0, history=[], run_id="r", plateau=None)
         Coordinator(comm).snapshot(solver)
     on_ranks(3, work)
     assert written == [(7, [{"rng": "rng of net1", "train": {}},

@@ -60,7 +60,7 @@ def test_rate_is_a_float32_value():
 
 @pytest.mark.parametrize("settings, message", [
     ('lr_policy: "cosine"', 'Unknown learning rate policy: "cosine" \\(known policies: exp, '
-                            'fixed, inv, multistep, poly, sigmoid, step\\)'),
+                            'fixed, inv, multistep, plateau, poly, sigmoid, step\\)'),
     ("", 'Unknown learning rate policy: ""'),
     ('lr_policy: "step" gamma: 0.5', "needs stepsize > 0"),
     ('lr_policy: "sigmoid" gamma: 0.5', "needs stepsize > 0"),

@@ -54,7 +54,7 @@ BAD = [
     # the lr policies (sgd_solver.cpp GetLearningRate's CHECKs)
     (['lr_policy: "cosine"'], 'lr_policy: "cosine"',
      'lr_policy: "cosine": Unknown learning rate policy: "cosine" (known policies: exp, '
-     "fixed, inv, multistep, poly, sigmoid, step)"),
+     "fixed, inv, multistep, plateau, poly, sigmoid, step)"),
     (['lr_policy: "step"', "gamma: 0.1"], None,
      'stepsize: 0: lr_policy "step" needs stepsize > 0'),
     (['lr_policy: "step"', "gamma: 0.1", "stepsize: -5"], "stepsize: -5",
