@@ -11,7 +11,8 @@ so their files parse. Their layers register with ``fork=`` one of SSD, FAST_RCNN
 same words LAYER_TYPES holds for them, which ``pycaffe layers`` prints); a type of LAYER_TYPES
 that is not registered is refused in the registry's unknown-type error. An option those forks
 add to BVLC's own messages that pycaffe does not implement yet is refused by
-``unimplemented_option`` (UNIMPLEMENTED); whoever implements one removes its entry.
+``unimplemented_option`` (UNIMPLEMENTED); whoever implements one removes its entry, or, when
+only some layer types implement it, lists them in IMPLEMENTED_BY.
 """
 import re
 
@@ -75,7 +76,14 @@ FIELDS = {
     ("LayerParameter", "engine"):
         "a layer-level engine is Intel Caffe's; BVLC Caffe chooses engines inside the "
         "layer's own parameters (convolution_param { engine: CAFFE }), so delete the line",
+    ("DetectionOutputParameter", "normalized_bbox"):
+        "normalized_bbox is OpenCV's (its field 10, which SSD's Caffe fork gives visualize); "
+        "SSD's DetectionOutput takes normalized boxes only, so delete the line",
 }
+for _name in ("offset_h", "offset_w", "width", "height"):
+    FIELDS[("PriorBoxParameter", _name)] = (
+        f"{_name} is OpenCV's explicit prior geometry; SSD's PriorBox derives its boxes from "
+        "min_size, max_size, aspect_ratio, step and offset")
 for _name in ("default_forward_type", "default_backward_type", "default_forward_math",
               "default_backward_math", "global_grad_scale"):
     FIELDS[("NetParameter", _name)] = f"{_name} {_NVCAFFE}"
@@ -106,14 +114,15 @@ UNIMPLEMENTED = {
         f"a rectangular crop from {SSD}", "BVLC Caffe crops squares of crop_size"),
     ("TransformationParameter", "crop_w"): (
         f"a rectangular crop from {SSD}", "BVLC Caffe crops squares of crop_size"),
-    ("SolverParameter", "eval_type"): (
-        f"the mean average precision test of {SSD}",
-        'BVLC Caffe scores a test net by its outputs (eval_type "classification")'),
-    ("SolverParameter", "lr_policy", "plateau"): (f"a learning rate policy of {SSD}", None),
-    ("LossParameter", "normalization", "PRE_FIXED"): (
-        f"the loss normalization of {RFCN} by pre_fixed_normalizer",
-        "BVLC Caffe's loss layers divide by FULL, VALID, BATCH_SIZE or NONE"),
 }
+
+# Options of UNIMPLEMENTED that some layer types do implement: (message, field) -> those types.
+# Other layer types still refuse them (SSD's own Data layer resizes and crops rectangles but
+# never distorts, expands or emits; its other data layers are not done here).
+IMPLEMENTED_BY = {("TransformationParameter", _field): ("AnnotatedData",)
+                  for _field in ("distort_param", "expand_param", "emit_constraint")}
+IMPLEMENTED_BY.update({("TransformationParameter", _field): ("AnnotatedData", "Data")
+                       for _field in ("resize_param", "crop_h", "crop_w")})
 
 # (enum, value) -> hint
 ENUM_VALUES = {
@@ -156,9 +165,10 @@ def _shown(field, value):
     return None if field.type == FieldDescriptor.TYPE_MESSAGE else f"{value:g}"
 
 
-def unimplemented_option(message):
+def unimplemented_option(message, layer_type=None):
     """The first option of UNIMPLEMENTED that ``message`` (a TransformationParameter,
-    SolverParameter or LossParameter) sets, or None.
+    SolverParameter or LossParameter) sets, or None. An option IMPLEMENTED_BY lists for
+    ``layer_type`` (the owning layer's type) passes.
 
     Returns:
         (field name, its value as a prototxt writes it or None for a message, the reason it is
@@ -172,9 +182,15 @@ def unimplemented_option(message):
         entry = UNIMPLEMENTED.get((name, field.name, shown and shown.strip('"')))
         if entry is None and value != field.default_value:
             entry = UNIMPLEMENTED.get((name, field.name))
+        types = IMPLEMENTED_BY.get((name, field.name), ())
+        if entry is not None and layer_type in types:
+            continue
         if entry is not None:
             what, instead = entry
             reason = f"{what}, which pycaffe reads but does not implement yet"
+            if types:
+                reason = (f"{what}, which pycaffe implements only in "
+                          f"{' and '.join(types)} layers, not in {layer_type} layers")
             return field.name, shown, reason + (f"; {instead}" if instead else "")
     return None
 
@@ -184,7 +200,7 @@ def unimplemented_layer_option(param):
     transform_param or loss_param, or None."""
     for parent in ("transform_param", "loss_param"):
         if param.HasField(parent):
-            found = unimplemented_option(getattr(param, parent))
+            found = unimplemented_option(getattr(param, parent), param.type)
             if found:
                 field, shown, reason = found
                 value = f" {{ {field}: {shown} }}" if shown else f".{field}"

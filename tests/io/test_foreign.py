@@ -20,38 +20,38 @@ FOREIGN = [  # (net text after the input layer, the error's file:line:col, words
     ('layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"\n'
      '  convolution_param { num_output: 2 kernel_size: 3 hole: 2 } }\n',
      ":5:52", ['no field named "hole"', "BVLC Caffe calls dilation"]),
-    # SSD's norm_param is in pycaffe's schema: the layer type is what names the fork
-    ('layer { name: "norm" type: "Normalize" bottom: "data" top: "norm"\n'
-     '  norm_param { across_spatial: false } }\n',
-     ":4: ", ['layer "norm": unknown layer type "Normalize"', "SSD",
+    # SSD's video_data_param is in pycaffe's schema: the layer type is what names the fork
+    ('layer { name: "video" type: "VideoData" top: "video"\n'
+     '  video_data_param { video_type: VIDEO video_file: "a.mp4" } }\n',
+     ":4: ", ['layer "video": unknown layer type "VideoData"', "SSD",
               "pycaffe does not implement yet", "BVLC Caffe has no such layer"]),
     ('layer { name: "bn" type: "BN" bottom: "data" top: "bn"\n'
      '  bn_param { frozen: true } }\n',
      ":5:3", ['no field named "bn_param"', "BN layers", "SegNet",
               "a BatchNorm layer followed by a Scale layer"]),
-    ('layer { name: "norm" type: "Normalize" bottom: "data" top: "norm" }\n',
-     ":4: ", ['layer "norm": unknown layer type "Normalize"', "SSD",
+    ('layer { name: "video" type: "VideoData" top: "video" }\n',
+     ":4: ", ['layer "video": unknown layer type "VideoData"', "SSD",
               "BVLC Caffe has no such layer"]),
-    ('layer { name: "pb" type: "PriorBox" bottom: "data" bottom: "data" top: "pb" }\n',
-     ":4: ", ['unknown layer type "PriorBox"', "SSD"]),
-    ('layer { name: "roi" type: "ROIPooling" bottom: "data" bottom: "data" top: "roi"\n'
-     '  roi_pooling_param { pooled_h: 2 pooled_w: 2 spatial_scale: 0.5 } }\n',
-     ":4: ", ['unknown layer type "ROIPooling"', "rbgirshick/caffe-fast-rcnn"]),
-    ('layer { name: "ps" type: "PSROIPooling" bottom: "data" bottom: "data" top: "ps"\n'
-     '  psroi_pooling_param { spatial_scale: 0.5 output_dim: 3 group_size: 2 } }\n',
-     ":4: ", ['unknown layer type "PSROIPooling"', "R-FCN"]),
+    ('layer { name: "ohem" type: "BoxAnnotatorOHEM" bottom: "data" bottom: "data" top: "o"\n'
+     '  box_annotator_ohem_param { roi_per_img: 128 } }\n',
+     ":4: ", ['unknown layer type "BoxAnnotatorOHEM"', "R-FCN"]),
     # options the forks add to BVLC's messages, parsed but not implemented yet
     ('layer { name: "d" type: "DummyData" top: "d" dummy_data_param { shape { dim: 1 } }\n'
      '  transform_param { resize_param { height: 300 width: 300 } } }\n',
      ":4: ", ['layer "d": transform_param.resize_param is data augmentation', "SSD",
-              "does not implement yet", "transform_param has only scale"]),
+              "implements only in AnnotatedData and Data layers, not in DummyData layers",
+              "transform_param has only scale"]),
     ('layer { name: "d" type: "DummyData" top: "d" dummy_data_param { shape { dim: 1 } }\n'
      '  transform_param { crop_h: 4 crop_w: 6 } }\n',
      ":4: ", ['transform_param { crop_h: 4 }', "SSD", "crops squares of crop_size"]),
-    ('layer { name: "loss" type: "SoftmaxWithLoss" bottom: "data" bottom: "data"\n'
-     '  loss_param { normalization: PRE_FIXED pre_fixed_normalizer: 128 } }\n',
-     ":4: ", ['layer "loss": loss_param { normalization: PRE_FIXED }', "R-FCN",
-              "does not implement yet"]),
+    # OpenCV's own additions to SSD's messages
+    ('layer { name: "det" type: "DetectionOutput" bottom: "data" bottom: "data"\n'
+     '  bottom: "data" top: "det" detection_output_param { num_classes: 2\n'
+     '  normalized_bbox: true } }\n',
+     ":6:3", ['no field named "normalized_bbox"', "OpenCV", "visualize", "delete the line"]),
+    ('layer { name: "pb" type: "PriorBox" bottom: "data" bottom: "data" top: "pb"\n'
+     '  prior_box_param { min_size: 4 width: 2 height: 3 } }\n',
+     ":5:33", ['no field named "width"', "OpenCV's explicit prior geometry"]),
     ('layer { name: "r6" type: "ReLU6" bottom: "data" top: "r6" }\n',
      ":4: ", ['unknown layer type "ReLU6"', "clip_param { min: 0 max: 6 }"]),
     ('layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"\n'
