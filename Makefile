@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # pycaffe's device flag for the demo: empty (CPU) or --gpu N (make demo DEVICE="--gpu 1").
 DEVICE =
 
-.PHONY: setup setup-gpu setup-extra demo demo-gpu demo-mlp test test-fast test-gpu test-gpu-skips proto bench \
+.PHONY: setup setup-gpu setup-extra demo demo-gpu demo-mlp demo-detection test test-fast test-gpu test-gpu-skips proto bench \
 	clean
 
 # A strict editable install links the packages' files into build/__editable__.* and puts that
@@ -44,6 +44,15 @@ demo-mlp: setup
 	$(BIN)/pycaffe train --solver models/mlp/solver.prototxt
 	$(BIN)/pycaffe test --model models/mlp/train_test.prototxt \
 		--weights data/mlp/mlp_iter_2000.caffemodel --iterations 10
+
+# Object detection: generate the shapes data set, train a small SSD on it, report its mAP.
+demo-detection: setup
+	rm -rf data/shapes
+	$(BIN)/python scripts/make_shapes.py --out data/shapes
+	$(BIN)/pycaffe train --solver models/ssd_shapes/solver.prototxt $(DEVICE)
+	$(BIN)/pycaffe test --model models/ssd_shapes/test.prototxt \
+		--weights data/shapes/ssd_shapes_iter_1000.caffemodel --iterations 10 \
+		--ap_version 11point $(DEVICE)
 
 # The whole suite, slow end-to-end runs included, then the numerical tests under the other
 # OpenBLAS kernels this CPU can run, one BLAS thread, and numba code for AVX2-only CPUs

@@ -67,22 +67,8 @@ def convert_imageset(rootfolder, listfile, db_name, gray, shuffle, backend, resi
     DB_NAME is the database to create.
     """
     db_backend = backend_from_name(backend)
-    lines = read_list_file(listfile)
-    if shuffle:
-        LOG.info("Shuffling data")
-        if seed is not None:
-            set_random_seed(seed)
-        lines = [lines[i] for i in rng().permutation(len(lines))]
-    LOG.info(f"A total of {len(lines)} images.")
-    if encode_type and not encoded:
-        LOG.info("encode_type specified, assuming encoded=true.")
-    encoded = encoded or bool(encode_type)
-    if encode_type:
-        from pycaffe_cli.data.image_datum import image_format
-        image_format(encode_type)  # an unknown type fails before the database is made
-    if encoded and check_size:
-        raise CaffeError("convert_imageset: --check_size cannot check encoded images (their "
-                         "sizes are not known until decoded); drop one of the two flags")
+    lines = shuffled(read_list_file(listfile), shuffle, seed)
+    encoded = checked_encoding("convert_imageset", encoded, encode_type, check_size)
     height, width = resize_height, resize_width
     if (height > 0) != (width > 0):
         LOG.warning("convert_imageset: images are resized only when both --resize_height "
@@ -179,3 +165,29 @@ def _guess_encoding(filename):
         LOG.warning(f"Failed to guess the encoding of '{filename}'; encoding it as png")
         return "png"
     return filename[dot:].lower()
+
+
+def shuffled(lines, shuffle, seed):
+    """The list file's lines, in a random order with --shuffle (--seed makes it repeatable);
+    logs their count as Caffe's tools do."""
+    if shuffle:
+        LOG.info("Shuffling data")
+        if seed is not None:
+            set_random_seed(seed)
+        lines = [lines[i] for i in rng().permutation(len(lines))]
+    LOG.info(f"A total of {len(lines)} images.")
+    return lines
+
+
+def checked_encoding(tool, encoded, encode_type, check_size):
+    """Whether images are stored encoded (--encode_type implies --encoded), refusing an
+    unknown type and --check_size with encoded images before any database is made."""
+    if encode_type and not encoded:
+        LOG.info("encode_type specified, assuming encoded=true.")
+    if encode_type:
+        from pycaffe_cli.data.image_datum import image_format
+        image_format(encode_type)
+    if (encoded or encode_type) and check_size:
+        raise CaffeError(f"{tool}: --check_size cannot check encoded images (their sizes are "
+                         "not known until decoded); drop one of the two flags")
+    return encoded or bool(encode_type)
