@@ -22,8 +22,11 @@ The bottom and top blobs handed to the class behave like pycaffe's: ``data``/``d
 arrays, ``shape``, ``count``, ``num``/``channels``/``height``/``width``, ``reshape(*shape)``
 (``.blob`` is the underlying Blob). ``self.blobs`` lists the layer's learnable blobs as the
 same views (with pycaffe's ``add_blob(*shape)``); they are updated by the solver and saved in
-snapshots like any layer's. ``self.phase`` is caffe_pb2.TRAIN or TEST. Like any layer, a Python loss
-needs ``loss_weight`` in the prototxt (the default weight of a Python layer's top is 0).
+snapshots like any layer's. ``self.phase`` is ``caffe.TRAIN`` or ``caffe.TEST`` (a ``Phase``: an int
+that prints as its name, so ``str(self.phase)`` is "TRAIN" or "TEST" as with BVLC's enum). The
+parameter string is ``self.param_str``, also readable and writable under its older name
+``self.param_str_`` (what py-faster-rcnn's layers read). Like any layer, a Python loss needs
+``loss_weight`` in the prototxt (the default weight of a Python layer's top is 0).
 
 An exception raised in the user's code becomes a CaffeError that names the layer and carries
 the user's traceback. So does ``sys.exit(n)`` (SystemExit): "Python layer m.C called sys.exit(3)
@@ -41,6 +44,44 @@ from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.inference_hooks import InferenceHooks
 
 MAX_FRAMES = 8
+
+
+class Phase(int):
+    """``caffe.TRAIN`` (0) and ``caffe.TEST`` (1) as BVLC's boost enum shows them: ints that
+    compare and index as 0 and 1 and print as their names (``str(caffe.TRAIN) == "TRAIN"``,
+    which py-faster-rcnn's layers use as a config key); ``name`` is that name too."""
+
+    NAMES = ("TRAIN", "TEST")
+
+    def __new__(cls, value):
+        if isinstance(value, str):
+            value = cls.NAMES.index(value.upper())
+        value = int(value)
+        if value not in (0, 1):
+            raise ValueError(f"a phase is 0 (TRAIN) or 1 (TEST), not {value}")
+        return super().__new__(cls, value)
+
+    @property
+    def name(self):
+        return self.NAMES[self]
+
+    def __str__(self):
+        return self.name
+
+    def __format__(self, spec):
+        return format(self.name, spec) if not spec or spec[-1:] == "s" else int.__format__(
+            self, spec)
+
+    def __repr__(self):
+        return f"caffe._caffe.Phase.{self.name}"
+
+    def __reduce__(self):
+        return Phase, (int(self),)
+
+
+def _has_alias(impl, name):
+    """Whether the user's class already maps ``name`` to ``param_str`` (caffe.Layer does)."""
+    return isinstance(getattr(type(impl), name, None), property)
 
 
 def _shape_of(args):
@@ -250,7 +291,9 @@ class PythonLayer(Layer):
     # --- the layer contract ------------------------------------------------------------------
     def layer_setup(self, bottom, top):
         self.impl.param_str = self.param.python_param.param_str
-        self.impl.phase = self.phase
+        if not _has_alias(self.impl, "param_str_"):   # a class not derived from caffe.Layer
+            self.impl.param_str_ = self.impl.param_str
+        self.impl.phase = Phase(self.phase)
         cache = {}
         self._run("setup", _wrap(bottom, cache), _wrap(top, cache), required=False)
         self._adopt_blobs()

@@ -224,24 +224,33 @@ MODELS = {
 }
 
 
-def write_models(out_dir):
-    """Write every model's deploy.prototxt under ``out_dir``; return the paths written."""
+def write_nets(out_dir, nets, script, note=""):
+    """Write each of ``nets`` ({path under out_dir: (build function, source)}) with a header
+    naming its source and ``script``; return the paths written."""
     paths = []
-    for name, (build, source) in MODELS.items():
-        os.makedirs(os.path.join(out_dir, name), exist_ok=True)
-        path = os.path.join(out_dir, name, "deploy.prototxt")
+    for relative, (build, source) in nets.items():
+        path = os.path.join(out_dir, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic_write(path, "w") as f:
-            f.write(f"# {source}.\n# Written by scripts/make_deploy_models.py; layer names "
-                    "match the published weights.\n" + build())
+            f.write(f"# {source}.\n# Written by scripts/{script}; layer names match the "
+                    f"published weights.\n{note}" + build())
         paths.append(path)
     return paths
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_models(out_dir):
+    """Write every model's deploy.prototxt under ``out_dir``; return the paths written."""
+    return write_nets(out_dir, {f"{name}/deploy.prototxt": entry
+                                for name, entry in MODELS.items()}, "make_deploy_models.py")
+
+
+def main(write=None, doc=None):
+    """Write the nets under --out-dir (models/) with ``write`` (default: this script's
+    write_models); ``doc`` is the calling script's docstring."""
+    parser = argparse.ArgumentParser(description=(doc or __doc__).splitlines()[0])
     parser.add_argument("--out-dir", default=os.path.join(ROOT, "models"))
     args = parser.parse_args()
-    for path in write_models(args.out_dir):
+    for path in (write or write_models)(args.out_dir):
         print(path)
 
 

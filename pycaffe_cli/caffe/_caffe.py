@@ -8,9 +8,13 @@ import time
 
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base import registered_types
+from pycaffe_cli.layers.python import Phase
 from pycaffe_cli.log import LOG, glog_level, setup_logging
 
 __version__ = "1.0.0"   # the Caffe release whose interface this is (CAFFE_VERSION)
+
+TRAIN = Phase(0)   # BVLC's caffe.TRAIN / caffe.TEST: 0 and 1, printed as their names
+TEST = Phase(1)
 
 
 def set_mode_cpu():
@@ -84,14 +88,25 @@ class Layer:
 
     Subclasses define ``setup(bottom, top)`` (optional), ``reshape(bottom, top)``,
     ``forward(bottom, top)`` and ``backward(top, propagate_down, bottom)``. The net sets
-    ``self.param_str``, ``self.phase`` and ``self.blobs`` (the learnable blobs, with
-    ``add_blob(*shape)``) before calling ``setup``.
+    ``self.param_str``, ``self.phase`` (``caffe.TRAIN`` or ``caffe.TEST``) and ``self.blobs``
+    (the learnable blobs, with ``add_blob(*shape)``) before calling ``setup``.
+    ``self.param_str_`` is the same string under the name older Caffe forks used (Fast and
+    Faster R-CNN's layers read it).
     """
 
     type = "Python"
 
     def __init__(self, layer_param):
         self.layer_param = layer_param
+
+    @property
+    def param_str_(self):
+        """``param_str`` under its older name, readable and writable."""
+        return self.param_str
+
+    @param_str_.setter
+    def param_str_(self, value):
+        self.param_str = value
 
     def setup(self, bottom, top):
         """Read ``self.param_str`` and add learnable blobs; nothing by default."""
