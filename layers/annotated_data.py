@@ -11,6 +11,8 @@ per class). Each image of a batch goes through the fork's steps, its boxes with 
     batch_sampler    random crops that meet the samplers' constraints; one is picked
                      uniformly and the image cropped to it (pycaffe_cli/detection/sampling.py)
     resize_param     WARP / FIT_SMALL_SIZE / FIT_LARGE_SIZE_AND_PAD (pycaffe_cli/data/resize.py)
+    noise_param      degradations (blur, JPEG, posterize, salt-and-pepper, ...), to every image
+                     whatever ``prob`` says, as in the fork (pycaffe_cli/data/noise.py)
     crop_size, or crop_h and crop_w: a random crop in TRAIN, the centre in TEST
     mirror, mean_value / mean_file, scale
 
@@ -36,7 +38,7 @@ the canvas with 32 (the fork's buffer of spaces) and of an encoded one with the 
 otherwise). For an encoded image a mean_file must have the output's shape and is
 subtracted at the output's positions, as the fork does without a crop (with one the fork
 reads past the mean image); for a raw Datum it is cropped with the pixels, as in BVLC Caffe.
-noise_param stays refused.
+noise_param also applies to raw 8-bit Datums (the fork applies it to encoded ones only).
 """
 from pycaffe_cli.backend import solver_setting
 from pycaffe_cli.detection.sampling import check_batch_sampler

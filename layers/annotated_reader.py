@@ -5,6 +5,7 @@ from google.protobuf.message import DecodeError
 
 from pycaffe_cli.data.annotation import F32, Boxes, clip_boxes, transform_boxes
 from pycaffe_cli.data.distort import apply_distort, check_distort_param
+from pycaffe_cli.data.noise import apply_noise
 from pycaffe_cli.data.prefetch import Batch
 from pycaffe_cli.data.resize import apply_resize, check_resize_param, new_size
 from pycaffe_cli.data.transformer import DataTransformer
@@ -106,6 +107,7 @@ class Augmenter:
         self.resize = param.resize_param if param.HasField("resize_param") else None
         self.distort = param.distort_param if param.HasField("distort_param") else None
         self.expand = param.expand_param if param.HasField("expand_param") else None
+        self.noise = param.noise_param if param.HasField("noise_param") else None
         self.emit = param.emit_constraint if param.HasField("emit_constraint") else None
         if param.crop_size:
             self.crop = (int(param.crop_size), int(param.crop_size))
@@ -121,8 +123,6 @@ class Augmenter:
         if self.expand is not None and not self.expand.max_expand_ratio > 1:
             raise self._error(f"expand_param max_expand_ratio must be greater than 1 (got "
                               f"{self.expand.max_expand_ratio:g})")
-        if param.HasField("noise_param"):
-            raise self._error("transform_param.noise_param is not implemented by pycaffe")
 
     def _error(self, message):
         return layer_error(self.layer_name, message)
@@ -169,6 +169,14 @@ class Augmenter:
         distorted = apply_distort(np.ascontiguousarray(pixels.transpose(1, 2, 0)),
                                   self.distort, rng)
         return np.ascontiguousarray(distorted.transpose(2, 0, 1))
+
+    def _noised(self, pixels, rng):
+        """ApplyNoise after the resize, before the crop (pycaffe_cli/data/noise.py); the fork
+        does so for encoded images only, pycaffe for raw 8-bit ones too."""
+        if pixels.dtype != np.uint8:
+            raise CaffeError("noise_param needs 8-bit images, not float_data")
+        noised = apply_noise(np.ascontiguousarray(pixels.transpose(1, 2, 0)), self.noise, rng)
+        return np.ascontiguousarray(noised.transpose(2, 0, 1))
 
     def _expanded(self, pixels, boxes, rng, raw):
         """ExpandImage: the image on a larger canvas, the boxes projected onto it."""
@@ -219,14 +227,16 @@ class Augmenter:
         return crop, transform_boxes(boxes, clipped, self.emit)
 
     def _transformed(self, pixels, boxes, rng, raw=False):
-        """The fork's Transform with TransformAnnotation: mirror draw, resize, crop, mean,
-        scale."""
+        """The fork's Transform with TransformAnnotation: mirror draw, resize, noise, crop,
+        mean, scale."""
         mirror = bool(self.param.mirror) and bool(rng.integers(2))
         img_h, img_w = pixels.shape[1:]
         if self.resize is not None:
             if pixels.dtype != np.uint8:
                 raise CaffeError("resize_param needs 8-bit images, not float_data")
             pixels = apply_resize(pixels, self.resize, rng)
+        if self.noise is not None:
+            pixels = self._noised(pixels, rng)
         channels, height, width = pixels.shape
         crop_h, crop_w = self.crop
         if height < crop_h or width < crop_w:

@@ -63,7 +63,7 @@ class DataLayer(BasePrefetchingDataLayer):
         transformer = DataTransformer(self.param.transform_param, self.phase, self.name)
         db = self._open(param)
         ssd = _ssd_geometry(self.param.transform_param)
-        if ssd:   # SSD's resize_param, crop_h, crop_w: per image, as AnnotatedData does
+        if ssd:   # SSD's resize_param, noise_param, crop_h, crop_w: per image, as AnnotatedData
             augmenter = Augmenter(self.param.transform_param, self.phase, self.name)
             reader = AnnotatedDatumReader(self.name, param.source, db, augmenter, batch_size,
                                           self.seeded_generator(), self.output_labels,
@@ -102,6 +102,8 @@ class DataLayer(BasePrefetchingDataLayer):
 
 
 def _ssd_geometry(param):
-    """Whether a transform_param sets SSD's resize_param, crop_h or crop_w, which SSD's Data
-    layer applies to each (encoded) image before cropping (pycaffe does to raw ones too)."""
-    return param.HasField("resize_param") or param.crop_h > 0 or param.crop_w > 0
+    """Whether a transform_param sets SSD's resize_param, noise_param, crop_h or crop_w, which
+    SSD's Data layer applies to each (encoded) image before cropping (pycaffe does to raw ones
+    too)."""
+    return (param.HasField("resize_param") or param.HasField("noise_param")
+            or param.crop_h > 0 or param.crop_w > 0)

@@ -117,12 +117,12 @@ UNIMPLEMENTED = {
 }
 
 # Options of UNIMPLEMENTED that some layer types do implement: (message, field) -> those types.
-# Other layer types still refuse them (SSD's own Data layer resizes and crops rectangles but
-# never distorts, expands or emits; its other data layers are not done here).
+# Other layer types still refuse them (SSD's own Data layer resizes, adds noise and crops
+# rectangles but never distorts, expands or emits; its other data layers are not done here).
 IMPLEMENTED_BY = {("TransformationParameter", _field): ("AnnotatedData",)
                   for _field in ("distort_param", "expand_param", "emit_constraint")}
 IMPLEMENTED_BY.update({("TransformationParameter", _field): ("AnnotatedData", "Data")
-                       for _field in ("resize_param", "crop_h", "crop_w")})
+                       for _field in ("resize_param", "noise_param", "crop_h", "crop_w")})
 
 # (enum, value) -> hint
 ENUM_VALUES = {
