@@ -50,3 +50,29 @@ def test_errors_are_clear(tmp_path):
     except ImportError:
         with pytest.raises(CaffeError, match="needs the optional 'plyvel' package"):
             db.open_db(str(tmp_path), caffe_pb2.DataParameter.LEVELDB)
+
+
+def test_a_new_database_removes_only_the_temporaries_of_killed_runs(tmp_path):
+    """A killed convert_imageset leaves .<name>.partial-<pid>; the next run removes those whose
+    process is gone, and leaves a running process's, a link and a file alone."""
+    import os
+    import subprocess
+    import sys
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f".out.partial-{dead}"
+    stale.mkdir()
+    (stale / "data.mdb").write_bytes(b"x")
+    alive = tmp_path / f".out.partial-{os.getppid()}"
+    alive.mkdir()
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep").write_text("k")
+    link = tmp_path / ".out.partial-999999999"
+    link.symlink_to(target)
+    with db.NewDatabase(str(tmp_path / "out")) as made:
+        made.put(b"k", b"v")
+    assert (tmp_path / "out").is_dir()
+    assert not stale.exists()
+    assert alive.is_dir()
+    assert link.is_symlink() and (target / "keep").read_text() == "k"

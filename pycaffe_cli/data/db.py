@@ -16,12 +16,14 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 
 import lmdb
 
 from pycaffe_cli.data.lmdb_pages import LMDBPages
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import dir_problem, file_problem, shown
+from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 
 _INITIAL_MAP_SIZE = 1 << 30
@@ -117,6 +119,32 @@ class LMDBTransaction:
         self._pending = []
 
 
+def _remove_stale_partials(folder, base):
+    """Remove the temporary databases ``.<base>.partial-<pid>`` that killed runs left in
+    ``folder``: only real folders of this user whose process is gone (a link, another user's
+    folder or a running process's is left alone)."""
+    prefix = f".{base}.partial-"
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        path = os.path.join(folder, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            LOG.info("Removing %s, left by a run that was killed (pid %s)", path, pid)
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue   # gone already, or the process exists (PermissionError: another user's)
+
+
 class NewDatabase:
     """A database being made at ``path``, written under a temporary name in the same folder
     and renamed to ``path`` once complete, so that a failed or interrupted run leaves no
@@ -139,6 +167,7 @@ class NewDatabase:
         self.temporary = os.path.join(folder, f".{base}.partial-{os.getpid()}")
         self._db = self._txn = None
         shutil.rmtree(self.temporary, ignore_errors=True)   # left by a killed run with our pid
+        _remove_stale_partials(folder, base)
         try:
             with self._writing("create"):
                 self._db = open_db(self.temporary, backend, "new")
