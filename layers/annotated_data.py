@@ -40,7 +40,6 @@ subtracted at the output's positions, as the fork does without a crop (with one 
 reads past the mean image); for a raw Datum it is cropped with the pixels, as in BVLC Caffe.
 noise_param also applies to raw 8-bit Datums (the fork applies it to encoded ones only).
 """
-from pycaffe_cli.backend import solver_setting
 from pycaffe_cli.detection.sampling import check_batch_sampler
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.foreign import SSD
@@ -79,13 +78,7 @@ class AnnotatedDataLayer(DataLayer):
         db = self._open(param)
         reader = AnnotatedDatumReader(self.name, param.source, db, augmenter, batch_size,
                                       self.seeded_generator(), self.output_labels)
-        if self.phase == caffe_pb2.TRAIN:
-            reader.shard(solver_setting("solver_count"), solver_setting("solver_rank"))
-        skip = self.random_skip(param.rand_skip)
-        if skip:
-            LOG.info("Skipping first %d data points.", skip)
-            reader.skip(skip)
-        first = reader.read_datum()
+        first = self.start_reader(reader, param)
         shape = (batch_size,) + reader.item_shape(first, "the first record")
         LOG.info("output data size: %s", ",".join(str(d) for d in shape))
         self._label_shape = (batch_size,)

@@ -60,31 +60,35 @@ class DataLayer(BasePrefetchingDataLayer):
         param = self.param.data_param
         batch_size = self.positive_batch_size(param.batch_size, "data_param")
         self.warn_legacy_fields(param, "data_param")
-        transformer = DataTransformer(self.param.transform_param, self.phase, self.name)
-        db = self._open(param)
-        ssd = _ssd_geometry(self.param.transform_param)
-        if ssd:   # SSD's resize_param, noise_param, crop_h, crop_w: per image, as AnnotatedData
+        # the transform's files (mean_file) are checked before the database is opened
+        if _ssd_geometry(self.param.transform_param):
+            # SSD's resize_param, noise_param, crop_h, crop_w: per image, as AnnotatedData
             augmenter = Augmenter(self.param.transform_param, self.phase, self.name)
-            reader = AnnotatedDatumReader(self.name, param.source, db, augmenter, batch_size,
-                                          self.seeded_generator(), self.output_labels,
-                                          plain=True)
+            reader = AnnotatedDatumReader(self.name, param.source, self._open(param), augmenter,
+                                          batch_size, self.seeded_generator(),
+                                          self.output_labels, plain=True)
+            datum = self.start_reader(reader, param)
+            shape = (batch_size,) + reader.item_shape(datum, "the first record")
         else:
+            transformer = DataTransformer(self.param.transform_param, self.phase, self.name)
             rng = self.seeded_generator() if transformer.needs_rand else None
-            reader = DatumReader(self.name, param.source, db, transformer, batch_size, rng,
-                                 self.output_labels)
+            reader = DatumReader(self.name, param.source, self._open(param), transformer,
+                                 batch_size, rng, self.output_labels)
+            datum = self.start_reader(reader, param)
+            shape = (batch_size,) + transformer.infer_shape(datum, "the first record")[1:]
+        LOG.info("output data size: %s", ",".join(str(d) for d in shape))
+        return reader, shape
+
+    def start_reader(self, reader, param):
+        """Put a new reader where this layer starts: its rank's share of the records in
+        TRAIN, past ``rand_skip``; return the first record it will read."""
         if self.phase == caffe_pb2.TRAIN:
             reader.shard(solver_setting("solver_count"), solver_setting("solver_rank"))
         skip = self.random_skip(param.rand_skip)
         if skip:
             LOG.info("Skipping first %d data points.", skip)
             reader.skip(skip)
-        datum = reader.read_datum()
-        if ssd:
-            shape = (batch_size,) + reader.item_shape(datum, "the first record")
-        else:
-            shape = (batch_size,) + transformer.infer_shape(datum, "the first record")[1:]
-        LOG.info("output data size: %s", ",".join(str(d) for d in shape))
-        return reader, shape
+        return reader.read_datum()
 
     def _open(self, param):
         if not param.source:

@@ -114,12 +114,18 @@ def read_pairs(path, integer_second, tool):
     """[(first, second)] from the list file's two-field lines (blank lines skipped); the second
     field an int when ``integer_second``. Fields are separated by white space, as the fork
     reads them, so paths cannot hold spaces."""
+    expected = "IMAGE LABEL' with an integer label" if integer_second else "IMAGE ANNOTATION'"
+    return [(first, second) for _, first, second
+            in numbered_pairs(path, "LISTFILE", integer_second, expected, tool)]
+
+
+def numbered_pairs(path, what, integer_second, expected, tool):
+    """(line number, first, second) for each two-field line of the text file ``path``
+    (``what`` names it in errors; ``expected`` describes a good line)."""
     try:
-        text = read_input_text(path, "LISTFILE")
+        text = read_input_text(path, what)
     except CaffeError as error:
         raise CaffeError(f"{tool}: {error}") from None
-    pairs = []
-    expected = "IMAGE LABEL' with an integer label" if integer_second else "IMAGE ANNOTATION'"
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:
@@ -127,11 +133,10 @@ def read_pairs(path, integer_second, tool):
         try:
             if len(fields) != 2:
                 raise ValueError
-            pairs.append((fields[0], int(fields[1]) if integer_second else fields[1]))
+            yield number, fields[0], int(fields[1]) if integer_second else fields[1]
         except ValueError:
             raise CaffeError(f"{tool}: {path}:{number}: expected '{expected}, got "
                              f"'{line.strip()}'") from None
-    return pairs
 
 
 class _Sizes(collections.namedtuple("_Sizes", "height width min_dim max_dim")):

@@ -4,9 +4,9 @@ import io
 import os
 
 from pycaffe_cli.commands import subcommand
-from pycaffe_cli.commands.convert_annoset import read_pairs
+from pycaffe_cli.commands.convert_annoset import numbered_pairs, read_pairs
 from pycaffe_cli.errors import CaffeError
-from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes, read_input_text
+from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes
 from pycaffe_cli.log import LOG
 
 
@@ -47,22 +47,9 @@ def get_image_size(rootfolder, listfile, outfile, name_id_file):
 
 
 def _read_name_ids(path, count, tool):
-    try:
-        text = read_input_text(path, "name_id_file")
-    except CaffeError as error:
-        raise CaffeError(f"{tool}: {error}") from None
     ids = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        fields = line.split()
-        if not fields:
-            continue
-        try:
-            if len(fields) != 2:
-                raise ValueError
-            name, value = fields[0], int(fields[1])
-        except ValueError:
-            raise CaffeError(f"{tool}: {path}:{number}: expected 'NAME ID' with an integer "
-                             f"id, got '{line.strip()}'") from None
+    for number, name, value in numbered_pairs(path, "name_id_file", True,
+                                              "NAME ID' with an integer id", tool):
         if name in ids:
             raise CaffeError(f"{tool}: {path}:{number}: the name '{name}' appears twice")
         ids[name] = value

@@ -20,9 +20,20 @@ from numba import njit, prange
 POSITION_BLOCK = 256  # positions per parallel job
 
 
-@njit(cache=True, parallel=True, nogil=True)
 def sums_of_products(a, b, out):
     """out (N, 1) = sum over (C, S) of a * b, or out (N, S) = sum over C of a * b."""
+    _sums(a, b, 0.0, False, out)
+
+
+def norms(x, eps, norm):
+    """norm (N, 1) or (N, S) = sqrt(eps + sum x^2) over the norm's range, summed in float64."""
+    _sums(x, x, eps, True, norm)
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _sums(a, b, eps, root, out):
+    """out = the float64 sums of a * b over the norm's range (N, 1) or (N, S), plus eps and
+    under a square root when ``root``, rounded once to float32."""
     num, channels, inner = a.shape
     if out.shape[1] == 1:
         for n in prange(num):
@@ -30,7 +41,7 @@ def sums_of_products(a, b, out):
             for c in range(channels):
                 for s in range(inner):
                     total += np.float64(a[n, c, s]) * np.float64(b[n, c, s])
-            out[n, 0] = np.float32(total)
+            out[n, 0] = np.float32(np.sqrt(total + eps) if root else total)
         return
     blocks = (inner + POSITION_BLOCK - 1) // POSITION_BLOCK
     for job in prange(num * blocks):
@@ -42,34 +53,8 @@ def sums_of_products(a, b, out):
             for s in range(s0, s1):
                 totals[s - s0] += np.float64(a[n, c, s]) * np.float64(b[n, c, s])
         for s in range(s0, s1):
-            out[n, s] = np.float32(totals[s - s0])
-
-
-@njit(cache=True, parallel=True, nogil=True)
-def norms(x, eps, norm):
-    """norm (N, 1) or (N, S) = sqrt(eps + sum x^2) over the norm's range, summed in float64."""
-    num, channels, inner = x.shape
-    if norm.shape[1] == 1:
-        for n in prange(num):
-            total = 0.0
-            for c in range(channels):
-                for s in range(inner):
-                    value = np.float64(x[n, c, s])
-                    total += value * value
-            norm[n, 0] = np.float32(np.sqrt(total + eps))
-        return
-    blocks = (inner + POSITION_BLOCK - 1) // POSITION_BLOCK
-    for job in prange(num * blocks):
-        n = job // blocks
-        s0 = (job % blocks) * POSITION_BLOCK
-        s1 = min(s0 + POSITION_BLOCK, inner)
-        totals = np.zeros(s1 - s0, np.float64)
-        for c in range(channels):
-            for s in range(s0, s1):
-                value = np.float64(x[n, c, s])
-                totals[s - s0] += value * value
-        for s in range(s0, s1):
-            norm[n, s] = np.float32(np.sqrt(totals[s - s0] + eps))
+            total = totals[s - s0]
+            out[n, s] = np.float32(np.sqrt(total + eps) if root else total)
 
 
 @njit(cache=True, parallel=True, nogil=True)
