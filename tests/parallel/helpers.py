@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -33,6 +34,8 @@ base_lr: 0.1 momentum: 0.9 weight_decay: 0.001 lr_policy: "fixed" clip_gradients
 display: {display} max_iter: {max_iter} snapshot: {snapshot} snapshot_prefix: "{prefix}"
 random_seed: 7
 """
+SHARED_MEMORY = "/dev/shm"
+MPICH_SEGMENT = re.compile(r"mpich_shm_\w+$")
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which(
     "mpiexec")
 
@@ -103,3 +106,43 @@ def messages(stderr):
     """The log messages without their glog prefix."""
     return [line.split("] ", 1)[1] if re.match(r"[IWEF]\d{4} ", line) else line
             for line in stderr.splitlines()]
+
+
+def mpich_segments():
+    """The names of MPICH's shared-memory segments in /dev/shm (none where there is none)."""
+    try:
+        return {name for name in os.listdir(SHARED_MEMORY) if MPICH_SEGMENT.match(name)}
+    except OSError:
+        return set()
+
+
+def remove_orphaned_segments(before, patience=3.0):
+    """Remove the MPICH segments made since ``before`` that no process maps. A rank killed
+    by a signal or by MPI_Abort never unlinks its segment (2 MB of memory each). Ranks may
+    take a moment to exit, so a mapped segment is looked at again for ``patience`` seconds;
+    one still mapped after that belongs to a run in progress (another test's) and stays."""
+    left = mpich_segments() - before
+    deadline = time.monotonic() + patience
+    while left:
+        for name in left - _mapped(left):
+            try:
+                os.unlink(os.path.join(SHARED_MEMORY, name))
+            except OSError:
+                pass
+        left = mpich_segments() & left
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+def _mapped(names):
+    """Those of ``names`` that some process has mapped."""
+    mapped = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as maps:
+                text = maps.read()
+        except OSError:
+            continue
+        mapped.update(name for name in names if name in text)
+    return mapped

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tests.parallel.helpers import (MPIEXEC, child_env, make_job, max_relative_difference,
-                                    messages, need_mpi, pycaffe, weights)
+                                    messages, mpich_segments, need_mpi, pycaffe,
+                                    remove_orphaned_segments, weights)
 
 pytestmark = pytest.mark.slow
 
@@ -97,8 +98,12 @@ def _wait_for_pids(stream, process, timeout=30):
 
 @pytest.fixture
 def long_job(tmp_path):
+    """A job that runs until stopped; the tests that use it stop ranks by force, so the
+    MPICH segments left behind are removed afterwards."""
     need_mpi()
-    return make_job(tmp_path, 8, max_iter=10 ** 6, snapshot=10 ** 6, display=100)
+    before = mpich_segments()
+    yield make_job(tmp_path, 8, max_iter=10 ** 6, snapshot=10 ** 6, display=100)
+    remove_orphaned_segments(before)
 
 
 def test_sigint_on_rank_0_stops_every_rank_with_one_snapshot(tmp_path, long_job):
