@@ -49,7 +49,8 @@ def decode_image(data, color, what="image"):
             image.draft("L", image.size)  # libjpeg's own grey output, the luma plane
         image.load()
         image_format = image.format
-        image = ImageOps.exif_transpose(image)
+        if _may_carry_orientation(image):
+            image = ImageOps.exif_transpose(image)
     except UnidentifiedImageError:
         raise CaffeError(f"could not decode {what}: not an image format Pillow reads, or its "
                          "header is damaged") from None
@@ -65,6 +66,13 @@ def decode_image(data, color, what="image"):
     if pixels.ndim == 3:
         pixels = _to_gray(pixels, image_format)
     return pixels[None]
+
+
+def _may_carry_orientation(image):
+    """False only where the image certainly has no EXIF orientation: a JPEG without an
+    EXIF segment (most training images), whose EXIF parse (in Python, holding the GIL the
+    side threads share) would find nothing to apply."""
+    return image.format != "JPEG" or "exif" in image.info
 
 
 def _eight_bit(image, what):

@@ -112,3 +112,26 @@ def test_read_image_resizes_and_reports_missing_files(tmp_path):
                                   resize_linear(chw(pattern()[:, :, ::-1]), 3, 4))
     with pytest.raises(CaffeError, match="nope.png"):
         read_image(str(tmp_path / "nope.png"))
+
+
+def with_orientation(array, fmt, orientation):
+    """``array`` encoded as ``fmt`` with an EXIF orientation tag (274)."""
+    exif = Image.Exif()
+    exif[274] = orientation
+    return encode(array, fmt, exif=exif.tobytes())
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_decode_applies_exif_orientation(fmt):
+    # Orientation 6: the stored pixels are to be turned 90 degrees clockwise for display,
+    # as cv::imdecode does (IMREAD_COLOR without IMREAD_IGNORE_ORIENTATION). Each file is
+    # compared with its own stored pixels (Pillow's, unturned).
+    rgb = np.kron(pattern(), np.ones((8, 8, 1), np.uint8))
+    for orientation, turns in ((6, -1), (8, 1), (3, 2), (1, 0)):
+        data = with_orientation(rgb, fmt, orientation)
+        stored = chw(np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))[:, :, ::-1])
+        np.testing.assert_array_equal(decode_image(data, True),
+                                      np.rot90(stored, k=turns, axes=(1, 2)))
+    untagged = encode(rgb, fmt)
+    stored = chw(np.asarray(Image.open(io.BytesIO(untagged)).convert("RGB"))[:, :, ::-1])
+    np.testing.assert_array_equal(decode_image(untagged, True), stored)
