@@ -61,3 +61,27 @@ def test_report_alone_prints_both_sums_against_the_floor(bench, capsys):
     out = capsys.readouterr().out
     assert "LeNet (batch 2, 1x28x28), best of 2 repeats each; FLOP floor" in out
     assert "every layer alone:" in out and "its 12 BLAS products alone:" in out
+
+
+def python_shared_memory():
+    """Python's shared-memory segments (multiprocessing names them psm_*)."""
+    folder = "/dev/shm"
+    return {name for name in os.listdir(folder) if name.startswith("psm_")} \
+        if os.path.isdir(folder) else set()
+
+
+def test_core_handoff_times_two_cores_and_leaves_nothing_behind(bench):
+    cores = os.sched_getaffinity(0)
+    before = python_shared_memory()
+    try:
+        os.sched_setaffinity(0, {min(cores)})
+        assert bench.core_handoff_us() is None          # one usable core: no figure
+        assert os.sched_getaffinity(0) == {min(cores)}
+        os.sched_setaffinity(0, cores)
+        if len(cores) >= 2:
+            handoff = bench.core_handoff_us()
+            assert handoff is not None and handoff > 0
+        assert os.sched_getaffinity(0) == cores          # the caller's cores given back
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert python_shared_memory() <= before
