@@ -14,6 +14,7 @@ The top has the bottom's leading ``axis`` axes followed by N.
 import numpy as np
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda.views import first
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.inference_hooks import InferenceHooks
@@ -160,4 +161,4 @@ class InnerProductLayer(Layer):
         if self._ones.count() < size:
             self._ones.reshape((size,))
             self._ones.data[...] = np.float32(1)
-        return self._ones.gpu_data[:size]
+        return first(self._ones.gpu_data, size)

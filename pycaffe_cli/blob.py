@@ -22,6 +22,7 @@ import operator
 import numpy as np
 
 from pycaffe_cli import backend
+from pycaffe_cli.cuda.views import first
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.sizes import checked_count
 from pycaffe_cli.synced_memory import SyncedMemory
@@ -181,22 +182,22 @@ class Blob:
     @property
     def gpu_data(self):
         """Flat device view of data for reading; the host copy stays valid (Caffe's gpu_data)."""
-        return self._data_mem.device()[:self._count]
+        return first(self._data_mem.device(), self._count)
 
     @property
     def gpu_diff(self):
         """Flat device view of diff for reading (Caffe's gpu_diff)."""
-        return self._diff_mem.device()[:self._count]
+        return first(self._diff_mem.device(), self._count)
 
     @property
     def mutable_gpu_data(self):
         """Flat device view of data for writing; the host copy becomes stale."""
-        return self._data_mem.mutable_device()[:self._count]
+        return first(self._data_mem.mutable_device(), self._count)
 
     @property
     def mutable_gpu_diff(self):
         """Flat device view of diff for writing."""
-        return self._diff_mem.mutable_device()[:self._count]
+        return first(self._diff_mem.mutable_device(), self._count)
 
     @property
     def data_memory(self):
@@ -360,3 +361,4 @@ def proto_shape(proto):
     if proto_has_legacy_shape(proto):
         return tuple(legacy_dims(proto))
     return tuple(proto.shape.dim)
+

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli.blob import Blob
+from pycaffe_cli.cuda import views
 from pycaffe_cli.synced_memory import Head, SyncedMemory, SyncedMemoryView
 from tests.numerics import close_to
 
@@ -133,3 +134,29 @@ def test_a_view_is_a_run_of_its_parent():
         SyncedMemoryView(parent, 4, 3)
     with pytest.raises(ValueError):
         view.set_host(np.zeros(3, np.float32))
+
+
+def test_device_views_cover_the_count_after_a_shrink(gpu_mode):
+    blob = _filled_blob(np.arange(6).reshape(2, 3), np.zeros((2, 3)))
+    whole = blob.data_memory.device()
+    assert blob.gpu_data is whole            # exactly the count: the array itself
+    blob.reshape((4,))                       # capacity kept, as Caffe's Reshape does
+    assert blob.gpu_data.shape == (4,) and blob.mutable_gpu_diff.shape == (4,)
+    np.testing.assert_array_equal(blob.gpu_data.copy_to_host(), [0, 1, 2, 3])
+
+
+def test_device_view_of_a_run_slices_only_where_it_must(gpu_mode):
+    parent = SyncedMemory(6)
+    parent.mutable_host()[...] = np.arange(6)
+    assert SyncedMemoryView(parent, 0, 6).device() is parent.device()
+    np.testing.assert_array_equal(SyncedMemoryView(parent, 0, 4).device().copy_to_host(),
+                                  [0, 1, 2, 3])
+    np.testing.assert_array_equal(SyncedMemoryView(parent, 2, 4).device().copy_to_host(),
+                                  [2, 3, 4, 5])
+
+
+def test_flat_views_return_the_array_where_nothing_is_cut():
+    array = np.arange(5, dtype=np.float32)
+    assert views.first(array, 5) is array and views.starting_at(array, 0) is array
+    np.testing.assert_array_equal(views.first(array, 3), [0, 1, 2])
+    np.testing.assert_array_equal(views.starting_at(array, 2), [2, 3, 4])

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pycaffe_cli import blas
+from pycaffe_cli.cuda.views import first, starting_at
 from pycaffe_cli.layers.kernels.cpu import depthwise, layout
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
@@ -234,7 +235,7 @@ class GpuConvBackend:
             if value is not None:
                 self._memory.fill(buffer, value)
             self._buffers[name] = buffer
-        return buffer[:size]
+        return first(buffer, size)
 
     def col_buffer(self, size):
         return self._buffer("col", size)
@@ -265,11 +266,11 @@ class GpuConvBackend:
         w_size = rows * depth
         for i in range(g):
             if trans_w:
-                self._math.gemm(True, False, depth, cols, rows, 1.0, weights[i * w_size:],
-                                x[i * rows * cols:], 0.0, out[i * depth * cols:])
+                self._math.gemm(True, False, depth, cols, rows, 1.0, starting_at(weights, i * w_size),
+                                starting_at(x, i * rows * cols), 0.0, starting_at(out, i * depth * cols))
             else:
-                self._math.gemm(False, False, rows, cols, depth, 1.0, weights[i * w_size:],
-                                x[i * depth * cols:], 0.0, out[i * rows * cols:])
+                self._math.gemm(False, False, rows, cols, depth, 1.0, starting_at(weights, i * w_size),
+                                starting_at(x, i * depth * cols), 0.0, starting_at(out, i * rows * cols))
 
     def gemm_images(self, trans_w, weights, x, out, count, dims):
         """One grouped GEMM per image on the blob layout (Caffe's 1x1 path)."""
@@ -277,13 +278,13 @@ class GpuConvBackend:
         mat_dim, im_dim = g * rows * cols, g * depth * cols
         x_dim, out_dim = (mat_dim, im_dim) if trans_w else (im_dim, mat_dim)
         for n in range(count):
-            self.gemm_groups(trans_w, weights, x[n * x_dim:], out[n * out_dim:], dims)
+            self.gemm_groups(trans_w, weights, starting_at(x, n * x_dim), starting_at(out, n * out_dim), dims)
 
     def weight_grad(self, y, col, weight_diff, dims):
         g, rows, depth, cols = dims
         for i in range(g):
-            self._math.gemm(False, True, rows, depth, cols, 1.0, y[i * rows * cols:],
-                            col[i * depth * cols:], 1.0, weight_diff[i * rows * depth:])
+            self._math.gemm(False, True, rows, depth, cols, 1.0, starting_at(y, i * rows * cols),
+                            starting_at(col, i * depth * cols), 1.0, starting_at(weight_diff, i * rows * depth))
 
     # --- direct (depthwise) passes ---------------------------------------------------------
     def direct_forward(self, geometry, im, count, weights, out_channels, group, bias, mat,
@@ -332,3 +333,4 @@ def _no_fused_relu(relu_slope):
     only (on the GPU the ReLU stays its own kernel)."""
     if relu_slope is not None:
         raise NotImplementedError("the GPU convolution backend does not fuse a ReLU")
+

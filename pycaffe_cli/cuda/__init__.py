@@ -8,6 +8,7 @@
 * ``copy``: strided block copies and indexed row gathers between blobs.
 * ``elementwise``: ``DeviceCopy`` (a layer's kept device buffer) and the ``sigmoid`` device
   function.
+* ``views``: views of flat device arrays that skip slicing where it would change nothing.
 
 Layer kernels that have a CPU twin in ``layers/kernels/cpu`` live in ``layers/kernels/cuda``
 and import this package; nothing here imports ``pycaffe_cli.layers``. Importing this package

@@ -18,6 +18,7 @@ from numba import cuda
 
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.cuda.launch import launch
+from pycaffe_cli.cuda.views import first
 from pycaffe_cli.log import LOG
 
 
@@ -93,9 +94,9 @@ def gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c):
         launch(_gemm_kernel, m * n, bool(trans_a), bool(trans_b), m, n, k, np.float32(alpha),
                a, b, np.float32(beta), c)
         return
-    a2 = cupy.asarray(a[:m * k]).reshape((k, m) if trans_a else (m, k))
-    b2 = cupy.asarray(b[:k * n]).reshape((n, k) if trans_b else (k, n))
-    c2 = cupy.asarray(c[:m * n]).reshape(m, n)
+    a2 = cupy.asarray(first(a, m * k)).reshape((k, m) if trans_a else (m, k))
+    b2 = cupy.asarray(first(b, k * n)).reshape((n, k) if trans_b else (k, n))
+    c2 = cupy.asarray(first(c, m * n)).reshape(m, n)
     cupy.cublas.gemm("T" if trans_a else "N", "T" if trans_b else "N", a2, b2, out=c2,
                      alpha=float(alpha), beta=float(beta))
 

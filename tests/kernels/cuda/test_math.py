@@ -89,6 +89,10 @@ class HostArray:
     def __init__(self, array):
         self.host = array
 
+    @property
+    def shape(self):
+        return self.host.shape
+
     def __getitem__(self, index):
         return HostArray(self.host[index])
 
