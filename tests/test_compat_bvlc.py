@@ -1,4 +1,4 @@
-"""Compatibility with BVLC Caffe (issue 11): loss layers without a top, the default snapshot
+"""Compatibility with BVLC Caffe: loss layers without a top, the default snapshot
 prefix, mean-file errors, and the gradient through LSTM -> Flatten (which BVLC Caffe loses).
 Errors about other forks' fields and layer types: tests/io/test_foreign.py."""
 import os

@@ -1,4 +1,4 @@
-"""Impossible sizes, in-place misuse and very large nets (issue 11).
+"""Impossible sizes, in-place misuse and very large nets.
 
 * Blob shapes are checked before anything is allocated (pycaffe_cli/sizes.py): more values than
   a Caffe blob holds (INT_MAX), or more bytes than the machine has, is a one-line error naming

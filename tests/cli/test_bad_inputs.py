@@ -93,7 +93,7 @@ INFOGAIN = ('name: "bad"\n'
 
 # ---- the corpus: one line per case ------------------------------------------------------
 CASES = [
-    # input files that are not regular files, or too large (issue 11, part "inputs")
+    # input files that are not regular files, or too large
     Bad("model-fifo", "time --model $fifo", "net file '$fifo': Is a named pipe"),
     Bad("model-dir", "time --model $dir", "net file '$dir': Is a directory"),
     Bad("model-dev-null", "time --model /dev/null", "'/dev/null': Is a character device"),
@@ -160,7 +160,7 @@ CASES = [
     Bad("python-exit-import", TIME, "called sys.exit('no GPU here') in module \"exiting\" at "
         "import", files={"n.prototxt": python_net()},
         env={"EXIT_IN": "import", "EXIT_CODE": "no GPU here"}),
-    # ---- other parts of issue 11 add their cases here, one line each ----
+    # ---- further cases go here, one line each ----
     # damaged resume files (part "durability"): the file and the field are named
     Bad("resume-sidecar-not-json", "train --solver s.prototxt --snapshot r.solverstate",
         "r.solverstate.pycaffe.json: cannot read the resume state (Expecting value",

@@ -1,5 +1,5 @@
 """Impossible sizes, in-place misuse, memory errors and huge nets through ``pycaffe``: one
-error line naming the layer and the memory it needs, no traceback, no hang (issue 11)."""
+error line naming the layer and the memory it needs, no traceback, no hang."""
 import os
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""Every writer refuses to replace what is not a regular file (issue 25).
+"""Every writer refuses to replace what is not a regular file.
 
 A named pipe, a character device (a link to /dev/null: a bug would replace the link, never
 the device), a socket or a folder at an output's path is refused with one line naming the

@@ -1,4 +1,4 @@
-"""The snapshot prefix's lock file in a shared folder (issue 25): pycaffe writes its pid only
+"""The snapshot prefix's lock file in a shared folder: pycaffe writes its pid only
 into a regular file of its own, never through a link, into a pipe or another user's file."""
 import os
 import stat

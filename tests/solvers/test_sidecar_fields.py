@@ -1,4 +1,4 @@
-"""Damaged resume sidecars through ``pycaffe train --snapshot`` (issue 25, part 4): every field
+"""Damaged resume sidecars through ``pycaffe train --snapshot``: every field
 is checked against the net being resumed, and each damage is one line naming the sidecar and
 the field's path, with exit status 1 and nothing restored."""
 import json

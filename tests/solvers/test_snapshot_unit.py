@@ -1,4 +1,4 @@
-"""A snapshot is one unit across runs (issue 25): two runs on one prefix, one of them killed
+"""A snapshot is one unit across runs: two runs on one prefix, one of them killed
 or stopped by a full disk while it replaces the other's snapshot, never leave a mix that
 resumes. The sidecar binds the weights and state files by SHA-256 and names its run."""
 import errno
@@ -96,7 +96,7 @@ def put(files_by_path):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_killed_after_the_other_runs_weights_is_refused(run_cli, tmp_path, fmt):
-    """The issue's case: B killed right after renaming its weights over A's."""
+    """The case that matters: B killed right after renaming its weights over A's."""
     folder, unit, run_a, run_b = two_runs(run_cli, tmp_path, fmt)
     put(run_a)
     unit.model.write_bytes(run_b[unit.model])

@@ -213,7 +213,7 @@ def test_resume_without_the_sidecar_restarts_data_as_caffe_does(tmp_path):
 
 def test_resume_with_another_set_of_test_nets_is_refused(tmp_path):
     """The sidecar holds one entry per test net; a solver with another number of test nets
-    cannot continue them exactly (issue 25: one entry per test net)."""
+    cannot continue them exactly (one entry per test net)."""
     run_recording(create_solver(resume_param(tmp_path, "SGD", "whole")))
     resumed = create_solver(resume_param(tmp_path, "SGD", "resumed", tests=False))
     state = tmp_path / "whole_iter_3.solverstate"
