@@ -85,3 +85,18 @@ def test_core_handoff_times_two_cores_and_leaves_nothing_behind(bench):
     finally:
         os.sched_setaffinity(0, cores)
     assert python_shared_memory() <= before
+
+
+@pytest.mark.parametrize("swap", [0, 1])
+def test_locality_layer_computes_both_halves(bench, swap):
+    src = np.arange(8, dtype=np.float32)
+    dst = np.zeros(8, np.float32)
+    bench._locality_layer()(src, dst, swap)
+    np.testing.assert_allclose(dst, src * np.float32(0.999) + np.float32(0.001), rtol=1e-6)
+
+
+def test_locality_reports_one_pair_of_times_a_round(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "LOCALITY_LAYERS", 4)
+    times = bench.locality(repeats=1, rounds=2)
+    assert len(times) == 2 and all(len(row) == 2 and min(row) > 0 for row in times)
+    assert capsys.readouterr().out.count("halves handed over every layer") == 2
