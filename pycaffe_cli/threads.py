@@ -122,6 +122,24 @@ def map_in_order(function, items):
     return list(_SIDE_POOL[0].map(function, items))
 
 
+def map_ahead(function, items, name):
+    """``function(item)`` for each of ``items``, in order, as a generator: computed on
+    ``default_threads()`` threads named ``name``, at most four a thread ahead of the one
+    taken, so a consumer that writes each result as it comes (the database converters)
+    holds only a few at a time."""
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+    workers = default_threads()
+    with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        pending = collections.deque()
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) > 4 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def pool_name():
     """numba's thread pool: "tbb", "omp" or "workqueue" (the one numba will choose, where no
     parallel kernel has run yet)."""

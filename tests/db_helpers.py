@@ -5,17 +5,23 @@ from pycaffe_cli.data import db
 from pycaffe_cli.proto import caffe_pb2
 
 
-def read_db(path):
-    """[(key, Datum)] in key order."""
+def read_db(path, message=caffe_pb2.Datum):
+    """[(key, record)] in key order, each record parsed as ``message`` (a Datum, or an
+    AnnotatedDatum for convert_annoset's databases)."""
     database = db.open_db(str(path))
     cursor, items = database.cursor(), []
     while cursor.valid():
-        datum = caffe_pb2.Datum()
-        datum.ParseFromString(cursor.value())
-        items.append((cursor.key().decode(), datum))
+        record = message()
+        record.ParseFromString(cursor.value())
+        items.append((cursor.key().decode(), record))
         cursor.next()
     database.close()
     return items
+
+
+def read_annotated(path):
+    """[(key, AnnotatedDatum)] in key order."""
+    return read_db(path, caffe_pb2.AnnotatedDatum)
 
 
 def pixels(datum):

@@ -36,6 +36,11 @@ def set_up(text, bottoms, num_tops=1, phase=caffe_pb2.TRAIN):
     return layer, bottom, top
 
 
+def c_round(value):
+    """C's round() (halves away from zero), as a float: the ROI layers' coordinate rounding."""
+    return float(np.sign(value) * np.floor(abs(float(value)) + 0.5))
+
+
 def no_ties(rng, shape, low=-1.0, high=1.0):
     """Random float32 values with no two equal, for max-like operations."""
     count = int(np.prod(shape))

@@ -38,20 +38,21 @@ or cannot be repeated):
   factor itself, which can differ by a fraction of a pixel.
 """
 import collections
-from concurrent.futures import ThreadPoolExecutor
 
 import click
 import numpy as np
 
 from pycaffe_cli.commands import subcommand
 from pycaffe_cli.commands.convert_imageset import TOOL_FLAGS as IMAGESET_FLAGS
-from pycaffe_cli.commands.convert_imageset import _image_path, checked_encoding, shuffled
+from pycaffe_cli.commands.convert_imageset import (_image_path, checked_encoding, checked_size,
+                                                    shuffled)
 from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.detection.annotation_files import add_box, json_boxes, txt_boxes, xml_boxes
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes, read_input_text
 from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.threads import map_ahead
 
 TOOL = "convert_annoset"
 ANNOSET_FLAGS = {
@@ -237,7 +238,7 @@ def _write(reader, lines, db_name, db_backend, check_size):
     data_size = None
     skipped = 0
     with DatumWriter(db_name, db_backend, tool=TOOL) as writer:
-        for line_id, (path, anno_datum) in enumerate(_read_all(reader, lines)):
+        for line_id, (path, anno_datum) in enumerate(map_ahead(reader.read, lines, TOOL)):
             if anno_datum is None:
                 LOG.warning(f"Failed to read {lines[line_id][0]} (could not open or decode "
                             f"{path})")
@@ -245,25 +246,7 @@ def _write(reader, lines, db_name, db_backend, check_size):
                 continue
             datum = anno_datum.datum
             if check_size:
-                if data_size is None:
-                    data_size = datum.channels * datum.height * datum.width
-                elif len(datum.data) != data_size:
-                    raise CaffeError(f"{TOOL}: {path}: incorrect data field size "
-                                     f"{len(datum.data)} (the first image has {data_size}); "
-                                     "resize the images (--resize_height/--resize_width)")
+                data_size = checked_size(data_size, datum, TOOL, path)
             writer.put(f"{line_id:08d}_{lines[line_id][0]}", anno_datum)
     return skipped
 
-
-def _read_all(reader, lines):
-    """reader.read of every line, in order, on the compute threads a few lines ahead."""
-    from pycaffe_cli.threads import default_threads
-    workers = default_threads()
-    with ThreadPoolExecutor(workers, thread_name_prefix=TOOL) as pool:
-        pending = collections.deque()
-        for line in lines:
-            pending.append(pool.submit(reader.read, line))
-            if len(pending) > 4 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()

@@ -20,8 +20,6 @@ every 1000 images. Choices where Caffe leaves things undefined or crashes:
   the wrong size under ``--check_size``) leaves none behind; an existing DB_NAME is refused
   before any image is read, as Caffe's mkdir CHECK refuses it.
 """
-import collections
-from concurrent.futures import ThreadPoolExecutor
 
 import click
 
@@ -31,6 +29,7 @@ from pycaffe_cli.data.db import backend_from_name
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import read_input_text
 from pycaffe_cli.log import LOG
+from pycaffe_cli.threads import map_ahead
 
 TOOL_FLAGS = {
     "gray": dict(is_flag=True, default=False,
@@ -122,14 +121,22 @@ def _write_images(rootfolder, lines, db_name, db_backend, height, width, is_colo
                 skipped += 1
                 continue
             if check_size:
-                if data_size is None:
-                    data_size = datum.channels * datum.height * datum.width
-                elif len(datum.data) != data_size:
-                    raise CaffeError(f"convert_imageset: {path}: incorrect data field size "
-                                     f"{len(datum.data)} (the first image has {data_size}); "
-                                     "resize the images (--resize_height/--resize_width)")
+                data_size = checked_size(data_size, datum, "convert_imageset", path)
             writer.put(f"{line_id:08d}_{filename}", datum)
     return skipped
+
+
+def checked_size(data_size, datum, tool, path):
+    """--check_size as Caffe checks it: the first image sets the size (channels x height x
+    width, ``data_size`` None until then), every later one's data field must have it.
+    Returns the size to check the next image against."""
+    if data_size is None:
+        return datum.channels * datum.height * datum.width
+    if len(datum.data) != data_size:
+        raise CaffeError(f"{tool}: {path}: incorrect data field size {len(datum.data)} (the "
+                         f"first image has {data_size}); resize the images "
+                         "(--resize_height/--resize_width)")
+    return data_size
 
 
 def _datums(rootfolder, lines, height, width, is_color, encoded, encode_type):
@@ -138,8 +145,6 @@ def _datums(rootfolder, lines, height, width, is_color, encoded, encode_type):
     resize kernel release the GIL), a few ahead of the one being written, so the database's
     contents are those of reading them one by one."""
     from pycaffe_cli.data.image_datum import read_image_to_datum
-    from pycaffe_cli.threads import default_threads
-    workers = default_threads()
 
     def read(line_id):
         filename, label = lines[line_id]
@@ -147,14 +152,7 @@ def _datums(rootfolder, lines, height, width, is_color, encoded, encode_type):
         path = _image_path(rootfolder, filename)
         return (line_id, filename, path,
                 read_image_to_datum(path, label, height, width, is_color, encoding))
-    with ThreadPoolExecutor(workers, thread_name_prefix="convert_imageset") as pool:
-        pending = collections.deque()
-        for line_id in range(len(lines)):
-            pending.append(pool.submit(read, line_id))
-            if len(pending) > 4 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+    return map_ahead(read, range(len(lines)), "convert_imageset")
 
 
 def _guess_encoding(filename):

@@ -23,6 +23,13 @@ def _max2(a, b):
     return b if b > a else a
 
 
+@cuda.jit(device=True)
+def split_index(index, rows, cols):
+    """(plane, row, column) of a flat index into (planes, rows, cols): the element a
+    grid-stride thread of a (..., rows, cols) array works on."""
+    return index // (rows * cols), (index // cols) % rows, index % cols
+
+
 def device_function(pyfunc, **bindings):
     """``cuda.jit(device=True)`` of ``pyfunc`` with builtin ``min``/``max`` replaced (see the
     module doc) and any other global names rebound by ``bindings`` (e.g. a plain helper the

@@ -57,15 +57,23 @@ def _check_variances(variances, what):
                          % what)
 
 
-def encode_boxes(priors, prior_variances, code_type, encode_variance_in_target, boxes):
-    """The targets that ``boxes`` are for ``priors`` (SSD's EncodeBBox row by row)."""
+def _operands(code_type, priors, prior_variances, values, name, one, function):
+    """(priors, variances broadcast to them, values) as float32 rows of four, after checking
+    the code type and that there is one row of ``values`` per prior."""
     _check_code_type(code_type)
     priors = _rows(priors, "priors")
     variances = np.broadcast_to(_rows(prior_variances, "prior_variances"), priors.shape)
-    boxes = _rows(boxes, "boxes")
-    if len(boxes) != len(priors):
-        raise ValueError("encode_boxes needs one box per prior, got %d boxes for %d priors"
-                         % (len(boxes), len(priors)))
+    values = _rows(values, name)
+    if len(values) != len(priors):
+        raise ValueError("%s needs one %s per prior, got %d %s for %d priors"
+                         % (function, one, len(values), name, len(priors)))
+    return priors, variances, values
+
+
+def encode_boxes(priors, prior_variances, code_type, encode_variance_in_target, boxes):
+    """The targets that ``boxes`` are for ``priors`` (SSD's EncodeBBox row by row)."""
+    priors, variances, boxes = _operands(code_type, priors, prior_variances, boxes, "boxes",
+                                         "box", "encode_boxes")
     out = np.empty(boxes.shape, np.float32)
     if code_type == CORNER:
         out[:] = boxes - priors
@@ -111,13 +119,8 @@ def decode_boxes(priors, prior_variances, code_type, variance_encoded_in_target,
                  locations):
     """The boxes that ``locations`` predict for ``priors`` (SSD's DecodeBBox row by row),
     clipped to [0, 1] when ``clip``."""
-    _check_code_type(code_type)
-    priors = _rows(priors, "priors")
-    variances = np.broadcast_to(_rows(prior_variances, "prior_variances"), priors.shape)
-    locations = _rows(locations, "locations")
-    if len(locations) != len(priors):
-        raise ValueError("decode_boxes needs one location per prior, got %d locations for "
-                         "%d priors" % (len(locations), len(priors)))
+    priors, variances, locations = _operands(code_type, priors, prior_variances, locations,
+                                             "locations", "location", "decode_boxes")
     scaled = locations if variance_encoded_in_target else variances * locations
     out = np.empty(locations.shape, np.float32)
     if code_type == CORNER:

@@ -26,6 +26,15 @@ class Result:
     def error_lines(self):
         return [line for line in self.err.splitlines() if line.startswith("pycaffe: error:")]
 
+    def one_error(self, *words):
+        """Exit 1 and a single error line holding ``words``, no traceback; the line."""
+        assert self.code == 1, self.err
+        assert "Traceback" not in self.err
+        [line] = self.error_lines()
+        for word in words:
+            assert word in line, line
+        return line
+
 
 @pytest.fixture(autouse=True)
 def interactive_sigint():

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pycaffe_cli.data import db
 from pycaffe_cli.detection import label_map as lm
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.proto import caffe_pb2
+from tests.db_helpers import read_annotated
 
 HEIGHT, WIDTH = 40, 60
 LABEL_MAP = """item { name: "none_of_the_above" label: 0 display_name: "background" }
@@ -71,19 +71,6 @@ def files(tmp_path):
     return files
 
 
-def read_annotated(path):
-    """[(key, AnnotatedDatum)] in key order."""
-    database = db.open_db(str(path))
-    cursor, items = database.cursor(), []
-    while cursor.valid():
-        item = caffe_pb2.AnnotatedDatum()
-        item.ParseFromString(cursor.value())
-        items.append((cursor.key().decode(), item))
-        cursor.next()
-    database.close()
-    return items
-
-
 def boxes(anno_datum):
     """{label: [(instance_id, xmin, ymin, xmax, ymax, difficult)]} in stored order."""
     return {group.group_label: [(a.instance_id, a.bbox.xmin, a.bbox.ymin, a.bbox.xmax,
@@ -95,16 +82,6 @@ def convert(run_cli, files, *flags, listing="list.txt", labels=True):
     label_flags = [f"--label_map_file={files.folder}/labelmap.prototxt"] if labels else []
     return run_cli("convert_annoset", "--anno_type=detection", *label_flags, *flags,
                    files.root, str(files.folder / listing), files.db())
-
-
-def one_error(result, *words):
-    """Exit 1, one error line holding ``words``, no traceback."""
-    assert result.code == 1, result.err
-    assert "Traceback" not in result.err
-    [line] = result.error_lines()
-    for word in words:
-        assert word in line, line
-    return line
 
 
 def test_xml_boxes_are_grouped_normalized_and_keyed_as_the_fork_does(run_cli, files):
@@ -306,18 +283,18 @@ def test_user_errors_are_one_line_and_leave_no_database(run_cli, files, setup, w
     files.image("a.png")
     setup(files)
     result = convert(run_cli, files, "--check_label")
-    one_error(result, *words)
+    result.one_error(*words)
     assert [entry for entry in os.listdir(files.folder) if "db" in entry] == []
 
 
 def test_missing_inputs_and_flags(run_cli, files, tmp_path):
     files.write("list.txt", "a.png a.xml\n")
-    one_error(run_cli("convert_annoset", files.root, str(tmp_path / "nope.txt"), files.db()),
-              "nope.txt")
-    one_error(convert(run_cli, files, labels=False), "--label_map_file")
-    one_error(convert(run_cli, files, "--label_map_file=" + str(tmp_path / "no.prototxt")),
-              "no.prototxt")
-    one_error(convert(run_cli, files, "--encoded", "--check_size"), "--check_size")
+    run_cli("convert_annoset", files.root, str(tmp_path / "nope.txt"),
+            files.db()).one_error("nope.txt")
+    convert(run_cli, files, labels=False).one_error("--label_map_file")
+    convert(run_cli, files, "--label_map_file=" + str(tmp_path / "no.prototxt")).one_error(
+        "no.prototxt")
+    convert(run_cli, files, "--encoded", "--check_size").one_error("--check_size")
     assert convert(run_cli, files, "--min_dim=-1").code == 2
     assert not os.path.exists(files.db())
 
@@ -352,13 +329,13 @@ def test_get_image_size_errors(run_cli, files):
     files.image("a.png")
     files.write("list.txt", "a.png a.xml\nmissing.png b.xml\n")
     out = files.folder / "sizes.txt"
-    one_error(run_cli("get_image_size", files.root, str(files.folder / "list.txt"), str(out)),
-              "missing.png")
+    run_cli("get_image_size", files.root, str(files.folder / "list.txt"),
+            str(out)).one_error("missing.png")
     assert not out.exists()
     files.write("list.txt", "a.png a.xml\n")
     files.write("ids.txt", "a 1\na 2\n")
-    one_error(run_cli("get_image_size", f"--name_id_file={files.folder}/ids.txt", files.root,
-                      str(files.folder / "list.txt"), str(out)), "ids.txt:2", "'a'")
+    run_cli("get_image_size", f"--name_id_file={files.folder}/ids.txt", files.root,
+            str(files.folder / "list.txt"), str(out)).one_error("ids.txt:2", "'a'")
 
 
 # --- label maps ----------------------------------------------------------------------------

@@ -30,16 +30,6 @@ def images(tmp_path):
     return f"{folder}/", str(listing)
 
 
-def one_error(result, *words):
-    """Exit 1 and a single error line holding ``words``; no traceback."""
-    assert result.code == 1, result.err
-    assert "Traceback" not in result.err
-    [line] = result.error_lines()
-    for word in words:
-        assert word in line, line
-    return line
-
-
 def leftovers(folder, name):
     """Entries of ``folder`` that are the database ``name`` or a temporary copy of it."""
     return [entry for entry in os.listdir(folder) if name in entry]
@@ -48,7 +38,7 @@ def leftovers(folder, name):
 def test_database_path_inside_a_regular_file(run_cli, images):
     root, listing = images
     result = run_cli("convert_imageset", root, listing, f"{listing}/db")
-    one_error(result, f"'{listing}/db'", "not a folder")
+    result.one_error(f"'{listing}/db'", "not a folder")
 
 
 def test_existing_output_is_refused_and_left_alone(run_cli, images, tmp_path):
@@ -56,7 +46,7 @@ def test_existing_output_is_refused_and_left_alone(run_cli, images, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "mine.txt").write_text("keep")
     result = run_cli("convert_imageset", root, listing, tmp_path / "out")
-    one_error(result, str(tmp_path / "out"), "already exists")
+    result.one_error(str(tmp_path / "out"), "already exists")
     assert os.listdir(tmp_path / "out") == ["mine.txt"]
     assert leftovers(tmp_path, ".out") == []
 
@@ -69,7 +59,7 @@ def test_read_only_folder(run_cli, images, tmp_path, monkeypatch):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
     monkeypatch.setattr(db.os, "makedirs", read_only)
     result = run_cli("convert_imageset", root, listing, tmp_path / "out")
-    one_error(result, str(tmp_path / "out"), "Read-only file system")
+    result.one_error(str(tmp_path / "out"), "Read-only file system")
     assert leftovers(tmp_path, "out") == []
 
 
@@ -84,7 +74,7 @@ def test_folder_without_write_permission(run_cli, images, tmp_path):
         result = run_cli("convert_imageset", root, listing, locked / "out")
     finally:
         locked.chmod(0o755)
-    one_error(result, str(locked / "out"), "Permission denied")
+    result.one_error(str(locked / "out"), "Permission denied")
     assert os.listdir(locked) == []
 
 
@@ -106,7 +96,7 @@ def test_full_disk(run_cli, images, tmp_path, monkeypatch, failure, step):
         return real(self, *args)
     monkeypatch.setattr(db.LMDBTransaction, step, fail_on_second)
     result = run_cli("convert_imageset", root, listing, tmp_path / "out")
-    line = one_error(result, str(tmp_path / "out"), "cannot write database")
+    line = result.one_error(str(tmp_path / "out"), "cannot write database")
     assert ("full" in line or "No space left" in line), line
     assert leftovers(tmp_path, "out") == []
 
@@ -115,7 +105,7 @@ def test_a_failure_mid_run_leaves_no_database(run_cli, images, tmp_path):
     """--check_size stops at the 4x4 image, after two were written and committed."""
     root, listing = images
     result = run_cli("convert_imageset", "--check_size", root, listing, tmp_path / "out")
-    one_error(result, "c.png", "incorrect data field size")
+    result.one_error("c.png", "incorrect data field size")
     assert leftovers(tmp_path, "out") == []
 
 
@@ -126,7 +116,7 @@ def test_commits_along_the_way_still_leave_nothing(run_cli, images, tmp_path, mo
                         (db.caffe_pb2.DataParameter.LMDB, 1, True, ""))
     result = run_cli("convert_imageset", "--check_size", root, listing, tmp_path / "out")
     assert "Processed 2 files." in result.err
-    one_error(result, "c.png")
+    result.one_error("c.png")
     assert leftovers(tmp_path, "out") == []
 
 

@@ -6,17 +6,12 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, compare_layer_modes
-from tests.layer_helpers import set_up
+from tests.layer_helpers import c_round, set_up
 
 
 def psroi(output_dim=2, group_size=2, scale=0.5):
     return (f'name: "ps" type: "PSROIPooling" psroi_pooling_param {{ spatial_scale: {scale} '
             f'output_dim: {output_dim} group_size: {group_size} }}')
-
-
-def c_round(value):
-    """C's round(): halves away from zero."""
-    return float(np.sign(value) * np.floor(abs(float(value)) + 0.5))
 
 
 def bins(rois, group_size, scale, height, width):

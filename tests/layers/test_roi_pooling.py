@@ -6,17 +6,12 @@ import pytest
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.testing import check_gradient
 from tests.gpu_helpers import assert_tops_on_device, compare_layer_modes
-from tests.layer_helpers import no_ties, set_up
+from tests.layer_helpers import c_round, no_ties, set_up
 
 
 def roi_pool(pooled_h=2, pooled_w=3, scale=0.5):
     return (f'name: "roi" type: "ROIPooling" roi_pooling_param {{ pooled_h: {pooled_h} '
             f'pooled_w: {pooled_w} spatial_scale: {scale} }}')
-
-
-def c_round(value):
-    """C's round(): halves away from zero."""
-    return int(np.sign(value) * np.floor(abs(float(value)) + 0.5))
 
 
 def reference(x, rois, pooled_h, pooled_w, scale):
@@ -26,7 +21,7 @@ def reference(x, rois, pooled_h, pooled_w, scale):
     argmax = np.full(top.shape, -1, np.int64)
     f32 = np.float32
     for r, (batch, x1, y1, x2, y2) in enumerate(rois):
-        x1, y1, x2, y2 = (c_round(f32(v) * f32(scale)) for v in (x1, y1, x2, y2))
+        x1, y1, x2, y2 = (int(c_round(f32(v) * f32(scale))) for v in (x1, y1, x2, y2))
         bin_h = f32(max(y2 - y1 + 1, 1)) / f32(pooled_h)
         bin_w = f32(max(x2 - x1 + 1, 1)) / f32(pooled_w)
         for ph in range(pooled_h):

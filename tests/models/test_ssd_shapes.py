@@ -5,20 +5,11 @@ the Makefile runs them."""
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYCAFFE = os.path.join(os.path.dirname(sys.executable), "pycaffe")
-
-
-def run(args, cwd):
-    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    return result.stderr
+from tests.test_end_to_end import PYCAFFE, ROOT, run
 
 
 @pytest.mark.slow

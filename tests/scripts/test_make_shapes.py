@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pycaffe_cli.data import db
 from pycaffe_cli.detection.label_map import name_to_label, read_label_map
-from pycaffe_cli.proto import caffe_pb2
+from tests.db_helpers import read_annotated
 from tests.scripts.loading import load_script
 
 make_shapes = load_script("make_shapes")
@@ -25,18 +24,6 @@ def annotation(path):
                 tuple(int(item.findtext(f"bndbox/{k}")) for k in ("xmin", "ymin", "xmax", "ymax")))
                for item in root.findall("object")]
     return size, objects
-
-
-def read_annotated(path):
-    database = db.open_db(str(path))
-    cursor, items = database.cursor(), []
-    while cursor.valid():
-        item = caffe_pb2.AnnotatedDatum()
-        item.ParseFromString(cursor.value())
-        items.append((cursor.key().decode(), item))
-        cursor.next()
-    database.close()
-    return items
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from numba import cuda
 from pycaffe_cli.layers.kernels.cpu.pooling.sto_pool import sto_pool_grad_at_py, \
     sto_pool_test_at_py, sto_pool_test_grad_at_py, sto_pool_train_at_py
 from pycaffe_cli.layers.kernels.cpu.pooling.window import FLT_MAX, window_range_py
-from pycaffe_cli.cuda.device import device_function
+from pycaffe_cli.cuda.device import device_function, split_index
 from pycaffe_cli.cuda.launch import launch
 
 
@@ -91,18 +91,12 @@ _sto_pool_test_at = device_function(sto_pool_test_at_py)
 _sto_pool_test_grad_at = device_function(sto_pool_test_grad_at_py)
 
 
-@cuda.jit(device=True)
-def _split(index, rows, cols):
-    """(plane, row, column) of a flat index into (planes, rows, cols)."""
-    return index // (rows * cols), (index // cols) % rows, index % cols
-
-
 # --- kernels: one thread per element of the array being written ---------------------------
 @cuda.jit(cache=True)
 def _max_pool_forward_kernel(n, bottom, top, mask, kernel_h, kernel_w, stride_h, stride_w,
                              pad_h, pad_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, ph, pw = _split(index, top.shape[1], top.shape[2])
+        p, ph, pw = split_index(index, top.shape[1], top.shape[2])
         _max_pool_forward_at(bottom, top, mask, p, ph, pw, kernel_h, kernel_w, stride_h,
                              stride_w, pad_h, pad_w)
 
@@ -112,7 +106,7 @@ def _route_backward_kernel(n, top_diff, index_map, bottom_diff, kernel_h, kernel
                            stride_w, pad_h, pad_w):
     pooled_h, pooled_w = top_diff.shape[1], top_diff.shape[2]
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, h, w = _split(index, bottom_diff.shape[1], bottom_diff.shape[2])
+        p, h, w = split_index(index, bottom_diff.shape[1], bottom_diff.shape[2])
         ph0, ph1 = _window_range(h + pad_h, kernel_h, stride_h, pooled_h)
         pw0, pw1 = _window_range(w + pad_w, kernel_w, stride_w, pooled_w)
         _route_grad_at(top_diff, index_map, bottom_diff, p, h, w, ph0, ph1, pw0, pw1)
@@ -122,7 +116,7 @@ def _route_backward_kernel(n, top_diff, index_map, bottom_diff, kernel_h, kernel
 def _ave_pool_forward_kernel(n, bottom, top, kernel_h, kernel_w, stride_h, stride_w, pad_h,
                              pad_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, ph, pw = _split(index, top.shape[1], top.shape[2])
+        p, ph, pw = split_index(index, top.shape[1], top.shape[2])
         _ave_pool_forward_at(bottom, top, p, ph, pw, kernel_h, kernel_w, stride_h, stride_w,
                              pad_h, pad_w)
 
@@ -132,7 +126,7 @@ def _ave_pool_backward_kernel(n, top_diff, bottom_diff, kernel_h, kernel_w, stri
                               stride_w, pad_h, pad_w):
     pooled_h, pooled_w = top_diff.shape[1], top_diff.shape[2]
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, h, w = _split(index, bottom_diff.shape[1], bottom_diff.shape[2])
+        p, h, w = split_index(index, bottom_diff.shape[1], bottom_diff.shape[2])
         ph0, ph1 = _window_range(h + pad_h, kernel_h, stride_h, pooled_h)
         pw0, pw1 = _window_range(w + pad_w, kernel_w, stride_w, pooled_w)
         _ave_pool_backward_at(top_diff, bottom_diff, p, h, w, ph0, ph1, pw0, pw1, kernel_h,
@@ -143,7 +137,7 @@ def _ave_pool_backward_kernel(n, top_diff, bottom_diff, kernel_h, kernel_w, stri
 def _sto_pool_train_kernel(n, bottom, uniform, top, rand_idx, kernel_h, kernel_w, stride_h,
                            stride_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, ph, pw = _split(index, top.shape[1], top.shape[2])
+        p, ph, pw = split_index(index, top.shape[1], top.shape[2])
         _sto_pool_train_at(bottom, uniform, top, rand_idx, p, ph, pw, kernel_h, kernel_w,
                            stride_h, stride_w)
 
@@ -151,7 +145,7 @@ def _sto_pool_train_kernel(n, bottom, uniform, top, rand_idx, kernel_h, kernel_w
 @cuda.jit(cache=True)
 def _sto_pool_test_kernel(n, bottom, top, window_sum, kernel_h, kernel_w, stride_h, stride_w):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, ph, pw = _split(index, top.shape[1], top.shape[2])
+        p, ph, pw = split_index(index, top.shape[1], top.shape[2])
         _sto_pool_test_at(bottom, top, window_sum, p, ph, pw, kernel_h, kernel_w, stride_h,
                           stride_w)
 
@@ -161,7 +155,7 @@ def _sto_pool_test_grad_kernel(n, bottom, top, window_sum, top_diff, bottom_diff
                                kernel_w, stride_h, stride_w):
     pooled_h, pooled_w = top_diff.shape[1], top_diff.shape[2]
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        p, h, w = _split(index, bottom_diff.shape[1], bottom_diff.shape[2])
+        p, h, w = split_index(index, bottom_diff.shape[1], bottom_diff.shape[2])
         ph0, ph1 = _window_range(h, kernel_h, stride_h, pooled_h)
         pw0, pw1 = _window_range(w, kernel_w, stride_w, pooled_w)
         _sto_pool_test_grad_at(bottom, top, window_sum, top_diff, bottom_diff, p, h, w, ph0,

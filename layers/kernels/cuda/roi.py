@@ -18,7 +18,7 @@ atomicAdd):
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.cuda.device import device_function
+from pycaffe_cli.cuda.device import device_function, split_index
 from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.kernels.cpu.roi import (ceil_int_py, floor_int_py, psroi_bin_py,
                                                 psroi_box_py, psroi_pool_backward_at_py,
@@ -46,10 +46,8 @@ _psroi_pool_backward_at = device_function(psroi_pool_backward_at_py, psroi_box=_
 @cuda.jit(cache=True)
 def _roi_pool_forward_kernel(n, bottom, rois, top, argmax, spatial_scale):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        pw = index % top.shape[3]
-        ph = index // top.shape[3] % top.shape[2]
-        c = index // (top.shape[3] * top.shape[2]) % top.shape[1]
-        r = index // (top.shape[3] * top.shape[2] * top.shape[1])
+        plane, ph, pw = split_index(index, top.shape[2], top.shape[3])
+        r, c = plane // top.shape[1], plane % top.shape[1]
         _roi_pool_forward_at(bottom, rois, top, argmax, spatial_scale, r, c, ph, pw)
 
 
@@ -57,20 +55,16 @@ def _roi_pool_forward_kernel(n, bottom, rois, top, argmax, spatial_scale):
 def _roi_pool_backward_kernel(n, top_diff, argmax, rois, spatial_scale, bottom_diff):
     shape = bottom_diff.shape
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        w = index % shape[3]
-        h = index // shape[3] % shape[2]
-        c = index // (shape[3] * shape[2]) % shape[1]
-        b = index // (shape[3] * shape[2] * shape[1])
+        plane, h, w = split_index(index, shape[2], shape[3])
+        b, c = plane // shape[1], plane % shape[1]
         _roi_pool_backward_at(top_diff, argmax, rois, spatial_scale, bottom_diff, b, c, h, w)
 
 
 @cuda.jit(cache=True)
 def _psroi_pool_forward_kernel(n, bottom, rois, top, mapping, spatial_scale, group_size):
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        pw = index % top.shape[3]
-        ph = index // top.shape[3] % top.shape[2]
-        k = index // (top.shape[3] * top.shape[2]) % top.shape[1]
-        r = index // (top.shape[3] * top.shape[2] * top.shape[1])
+        plane, ph, pw = split_index(index, top.shape[2], top.shape[3])
+        r, k = plane // top.shape[1], plane % top.shape[1]
         _psroi_pool_forward_at(bottom, rois, top, mapping, spatial_scale, group_size, r, k,
                                ph, pw)
 
@@ -79,10 +73,8 @@ def _psroi_pool_forward_kernel(n, bottom, rois, top, mapping, spatial_scale, gro
 def _psroi_pool_backward_kernel(n, top_diff, rois, bottom_diff, spatial_scale, group_size):
     shape = bottom_diff.shape
     for index in range(cuda.grid(1), n, cuda.gridsize(1)):
-        w = index % shape[3]
-        h = index // shape[3] % shape[2]
-        c = index // (shape[3] * shape[2]) % shape[1]
-        b = index // (shape[3] * shape[2] * shape[1])
+        plane, h, w = split_index(index, shape[2], shape[3])
+        b, c = plane // shape[1], plane % shape[1]
         _psroi_pool_backward_at(top_diff, rois, bottom_diff, spatial_scale, group_size, b, c,
                                 h, w)
 

@@ -30,7 +30,7 @@ best" rule read literally).
 import numpy as np
 
 from .boxes import overlaps, regression_targets
-from .generate_anchors import RATIOS, SCALES, generate_anchors
+from .generate_anchors import anchors_from_params
 from .params import LayerBase, read_params
 from .proposal_layer import shifted_anchors
 
@@ -82,9 +82,7 @@ class AnchorTargetLayer(LayerBase):
     def setup(self, bottom, top):
         params = read_params(self, KEYS, required="feat_stride")
         self._feat_stride = params["feat_stride"]
-        self._anchors = generate_anchors(params.get("base_size", 16),
-                                         params.get("ratios", RATIOS),
-                                         params.get("scales", SCALES))
+        self._anchors = anchors_from_params(params)
         self.settings = {key: params.get(key, value) for key, value in SETTINGS.items()}
         if len(bottom) < 3 or len(top) != 4:
             raise ValueError("AnchorTargetLayer takes 3 or 4 bottoms (scores, gt_boxes, "

@@ -49,3 +49,10 @@ def generate_anchors(base_size=16, ratios=RATIOS, scales=SCALES):
     """
     base = np.array([0, 0, base_size - 1, base_size - 1], dtype=np.float64)
     return np.concatenate([scale_boxes(box, scales) for box in ratio_boxes(base, ratios)])
+
+
+def anchors_from_params(params):
+    """The anchors a layer's param_str asks for (base_size, ratios, scales; py-faster-rcnn's
+    defaults where it names none)."""
+    return generate_anchors(params.get("base_size", 16), params.get("ratios", RATIOS),
+                            params.get("scales", SCALES))

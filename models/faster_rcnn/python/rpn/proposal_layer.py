@@ -31,7 +31,7 @@ are refused (the fork ignores them). Only batches of one image are supported, as
 import numpy as np
 
 from .boxes import apply_deltas, clip_to_image, large_enough, nms
-from .generate_anchors import RATIOS, SCALES, generate_anchors
+from .generate_anchors import anchors_from_params
 from .params import LayerBase, phase_name, read_params
 
 # py-faster-rcnn's cfg.TRAIN / cfg.TEST RPN_PRE_NMS_TOP_N, RPN_POST_NMS_TOP_N,
@@ -84,9 +84,7 @@ class ProposalLayer(LayerBase):
     def setup(self, bottom, top):
         params = read_params(self, KEYS, required="feat_stride")
         self._feat_stride = params["feat_stride"]
-        self._anchors = generate_anchors(params.get("base_size", 16),
-                                         params.get("ratios", RATIOS),
-                                         params.get("scales", SCALES))
+        self._anchors = anchors_from_params(params)
         self._num_anchors = self._anchors.shape[0]
         settings = dict(SETTINGS[phase_name(getattr(self, "phase", 1))])
         settings.update((key, params[key]) for key in settings if key in params)
