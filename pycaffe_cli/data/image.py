@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from pycaffe_cli.data.plain_jpeg import decode_plain_jpeg
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.input_files import IMAGE_LIMIT, read_input_bytes
 
@@ -43,6 +44,9 @@ def decode_image(data, color, what="image"):
     Raises:
         CaffeError: the bytes are not an image Pillow can decode.
     """
+    pixels = decode_plain_jpeg(data, color)
+    if pixels is not None:
+        return pixels
     try:
         image = Image.open(io.BytesIO(data))
         if color is False and image.format == "JPEG" and image.mode in ("RGB", "YCbCr"):
