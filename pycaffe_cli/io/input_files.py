@@ -179,12 +179,24 @@ def read_input_bytes(path, what, limit=None):
             problem = kind_problem(info.st_mode) or _size_problem(info.st_size, limit)
             if problem:
                 raise _cannot_read(what, path, problem)
-            data = stream.read() if limit is None else stream.read(limit.size + 1)
+            data = stream.read() if limit is None else _read_limited(stream, info, limit)
         except OSError as error:
             raise _cannot_read(what, path, error.strerror or error) from None
     if limit is not None and len(data) > limit.size:
         raise _cannot_read(what, path, f"the file grew past {limit.size / MIB:.1f} MiB while "
                                        f"it was read; {limit.rule}")
+    return data
+
+
+def _read_limited(stream, info, limit):
+    """Up to ``limit.size + 1`` bytes (one more tells a file that grew past the limit). The
+    first read asks for the size the file had when opened, plus one byte to notice growth:
+    Python allocates what a read asks for, and asking for the limit (1 GiB for images) at
+    every image made each read map and unmap that much memory, the decode threads queueing
+    on the process's memory map."""
+    data = stream.read(min(info.st_size, limit.size) + 1)
+    if len(data) > info.st_size and len(data) <= limit.size:  # it grew while being read
+        data += stream.read(limit.size + 1 - len(data))
     return data
 
 

@@ -137,3 +137,19 @@ def test_path_values_walks_nested_nets_and_lists():
         (None, "test_net", "t2"), (None, "weights", "a"), (None, "weights", "b"),
         ("d", "data_param.source", "db"), ("d", "transform_param.mean_file", "m")}
     check_path_fields(solver)  # all possible: no error
+
+
+def test_a_file_that_grows_while_read_is_read_to_its_end(tmp_path, monkeypatch):
+    # The first read asks for the size the file had when opened (here the checks see 100
+    # bytes); what it has grown by then is read on, up to the limit.
+    path = tmp_path / "growing.png"
+    path.write_bytes(bytes(range(256)) * 8)
+    real_stat, real_fstat = os.stat, os.fstat
+
+    def shrunk(info):
+        return os.stat_result(tuple(info)[:6] + (100,) + tuple(info)[7:])
+    monkeypatch.setattr(os, "fstat", lambda fd: shrunk(real_fstat(fd)))
+    monkeypatch.setattr(os, "stat", lambda name, **options: shrunk(real_stat(name, **options)))
+    assert read_input_bytes(path, "image file", SizeLimit(4096, "")) == bytes(range(256)) * 8
+    with pytest.raises(CaffeError, match="grew past 0.0 MiB while it was read"):
+        read_input_bytes(path, "image file", SizeLimit(2047, ""))
