@@ -4,7 +4,7 @@
 the label follows the LAST space (Caffe's ``find_last_of(' ')``). Each image is read from
 ``root_folder + path`` (plain concatenation, as in Caffe), decoded in colour (BGR) or grey
 (``is_color``), resized to ``new_height`` x ``new_width`` when both are set (OpenCV's
-bilinear, see pycaffe_cli/data/image.py), then transformed by ``transform_param``:
+bilinear, see pycaffe_cli/data/linear_resize.py), then transformed by ``transform_param``:
 
     top[0][i] = transform(image(list[order[pos + i]])),  top[1][i] = label(list[order[pos + i]])
 

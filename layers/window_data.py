@@ -31,7 +31,8 @@ import math
 
 import numpy as np
 
-from pycaffe_cli.data.image import decode_image, resize_linear
+from pycaffe_cli.data.image import decode_image
+from pycaffe_cli.data.linear_resize import resize_linear
 from pycaffe_cli.data.prefetch import Batch
 from pycaffe_cli.data.transformer import DataTransformer
 from pycaffe_cli.errors import CaffeError, layer_error

@@ -187,8 +187,9 @@ class _Reader:
         Raises:
             CaffeError: the annotation file is missing or wrong.
         """
-        from pycaffe_cli.data.image import decode_image, resize_linear
+        from pycaffe_cli.data.image import decode_image
         from pycaffe_cli.data.image_datum import encode_image, image_to_datum
+        from pycaffe_cli.data.linear_resize import resize_linear
         filename, second = line
         path = _image_path(self.rootfolder, filename)
         try:

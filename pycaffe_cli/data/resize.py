@@ -14,14 +14,14 @@ Images are (C, H, W) uint8. The output size of an ``old_w`` x ``old_h`` image fo
 
 ``interp_mode`` lists the interpolations to choose from, uniformly per image (LINEAR when
 empty). LINEAR and NEAREST give OpenCV's ``cv::resize`` pixels exactly (LINEAR through
-pycaffe_cli/data/image.py); AREA averages the covered source area when shrinking and
+pycaffe_cli/data/linear_resize.py); AREA averages the covered source area when shrinking and
 blends as OpenCV's INTER_AREA does when enlarging, CUBIC (a = -0.75) and LANCZOS4 (8 taps) are
 OpenCV's kernels computed in float, so these three can differ from OpenCV's fixed-point
 results by a grey level here and there. ``resize_param.prob`` is ignored, as in the fork.
 """
 import numpy as np
 
-from pycaffe_cli.data.image import resize_linear
+from pycaffe_cli.data.linear_resize import resize_linear
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.proto import caffe_pb2
 

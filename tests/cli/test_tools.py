@@ -8,7 +8,7 @@ from PIL import Image
 
 from pycaffe_cli.cli import normalize_argv
 from pycaffe_cli.data import db
-from pycaffe_cli.data.image import resize_linear
+from pycaffe_cli.data.linear_resize import resize_linear
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
 from pycaffe_cli.io.prototxt import read_blob_proto
 from pycaffe_cli.proto import caffe_pb2

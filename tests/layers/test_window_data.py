@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from pycaffe_cli import backend
-from pycaffe_cli.data.image import resize_linear
+from pycaffe_cli.data.linear_resize import resize_linear
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.io.blob_proto import fill_blob_proto
 from pycaffe_cli.io.prototxt import write_blob_proto
