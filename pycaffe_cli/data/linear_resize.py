@@ -5,6 +5,8 @@ weights, a horizontal pass per source row (int32 sums of two taps) and a vertica
 the rounding of OpenCV's SIMD code (16-bit products, their high halves kept). Pillow's own
 bilinear filter antialiases when shrinking and so disagrees with OpenCV.
 """
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -29,17 +31,23 @@ def axis_table(src_size, dst_size, clamp):
     return index, weight0, weight1
 
 
+@functools.lru_cache(maxsize=1024)
 def _tables(src_h, src_w, height, width):
-    """The kernels' operands: column and row taps with their weights. Unsigned indices:
-    numba then adds no wrap-around test for negative ones to the gathers, which costs a
-    third of the kernel's time."""
+    """The kernels' operands: column and row taps with their weights, read-only, kept for
+    the sizes seen last (a data layer resizes images of a few hundred sizes to one, and
+    building the tables is numpy work that holds the GIL the decode threads share). Unsigned
+    indices: numba then adds no wrap-around test for negative ones to the gathers, which
+    costs a third of the kernel's time."""
     xofs, alpha0, alpha1 = axis_table(src_w, width, clamp=True)
     yofs, beta0, beta1 = axis_table(src_h, height, clamp=False)
     left = xofs.astype(np.uintp)
     right = np.minimum(xofs + 1, src_w - 1).astype(np.uintp)
     top = np.clip(yofs, 0, src_h - 1).astype(np.uintp)
     bottom = np.clip(yofs + 1, 0, src_h - 1).astype(np.uintp)
-    return left, right, alpha0, alpha1, top, bottom, beta0, beta1
+    tables = (left, right, alpha0, alpha1, top, bottom, beta0, beta1)
+    for table in tables:
+        table.flags.writeable = False
+    return tables
 
 
 def resize_linear(pixels, height, width):
