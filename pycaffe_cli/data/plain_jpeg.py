@@ -68,8 +68,9 @@ def plain_jpeg_frame(data):
 
 def decode_plain_jpeg(data, color):
     """(C, H, W) uint8 pixels of a plain JPEG as ``decode_image`` returns them, or None
-    when the data is not one (or does not decode cleanly)."""
-    if _jpeg_decoder is None:
+    when the data is not one (or does not decode cleanly, or is not ``bytes``: other
+    bytes-like objects take the general path)."""
+    if _jpeg_decoder is None or not isinstance(data, bytes):
         return None
     frame = plain_jpeg_frame(data)
     if frame is None:

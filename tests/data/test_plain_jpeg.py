@@ -73,6 +73,13 @@ def test_decode_image_takes_the_plain_path_and_agrees():
     np.testing.assert_array_equal(decode_image(data, False), general(data, False))
 
 
+def test_other_bytes_like_objects_decode_through_the_general_path():
+    data = jpeg(photo(12, 20), quality=90)
+    for wrapped in (memoryview(data), bytearray(data), np.frombuffer(data, np.uint8)):
+        assert decode_plain_jpeg(wrapped, True) is None
+        np.testing.assert_array_equal(decode_image(wrapped, True), general(data, True))
+
+
 def test_fill_bytes_before_a_marker_are_skipped():
     data = jpeg(photo(16, 16))
     padded = data[:2] + b"\xff\xff\xff" + data[2:]  # fill bytes before the first segment
