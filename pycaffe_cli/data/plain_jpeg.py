@@ -103,10 +103,17 @@ def _grey(data, height, width, color):
 
 def _decode_into(data, target, mode, raw_mode):
     """Decode the whole JPEG into the C-contiguous array ``target``; False unless libjpeg
-    reached the end of the image without an error."""
+    reached the end of the image without an error. These are Pillow's internal calls (the
+    ones ImageFile.load makes): a Pillow whose calls differ turns this road off for the
+    process, and every image takes the general one."""
+    global _jpeg_decoder
     height, width = target.shape[:2]
-    image = _map_buffer(target, (width, height), "raw", 0, (mode, 0, 1))
-    decoder = _jpeg_decoder(mode, raw_mode, "")
+    try:
+        image = _map_buffer(target, (width, height), "raw", 0, (mode, 0, 1))
+        decoder = _jpeg_decoder(mode, raw_mode, "")
+    except (TypeError, ValueError, AttributeError):
+        _jpeg_decoder = None
+        return False
     try:
         decoder.setimage(image, (0, 0, width, height))
         consumed, error = decoder.decode(data)  # libjpeg runs without the GIL here

@@ -160,6 +160,18 @@ def test_threads_decoding_at_once_get_their_own_pixels():
         np.testing.assert_array_equal(pixels, general(data, True))
 
 
+def test_a_pillow_with_other_internal_calls_turns_the_plain_road_off(monkeypatch):
+    from pycaffe_cli.data import plain_jpeg
+
+    def changed(*args):
+        raise TypeError("jpeg_decoder() takes other arguments")
+    monkeypatch.setattr(plain_jpeg, "_jpeg_decoder", changed)
+    data = jpeg(photo(16, 24), quality=90)
+    assert decode_plain_jpeg(data, True) is None
+    assert plain_jpeg._jpeg_decoder is None  # not tried again in this process
+    np.testing.assert_array_equal(decode_image(data, True), general(data, True))
+
+
 def test_matches_opencv_where_installed():
     cv2 = pytest.importorskip("cv2")
     data = jpeg(photo(48, 64), quality=90)
