@@ -21,8 +21,10 @@ def chw(hwc):
 
 
 def encode(array, fmt, **options):
+    """The bytes of ``array`` (or of a Pillow image) saved as ``fmt``."""
+    picture = array if isinstance(array, Image.Image) else Image.fromarray(array)
     buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, fmt, **options)
+    picture.save(buffer, fmt, **options)
     return buffer.getvalue()
 
 

@@ -20,7 +20,6 @@ CV_UP = [[53, 58, 65, 72, 79, 86, 93, 100, 107, 114, 119],
          [201, 215, 211, 68, 18, 38, 58, 77, 97, 117, 131]]
 
 
-
 def test_resize_matches_opencv_downscale():
     np.testing.assert_array_equal(resize_linear(chw(pattern()), 3, 4), CV_DOWN)
 

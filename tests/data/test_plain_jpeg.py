@@ -10,6 +10,7 @@ from PIL import Image
 from pycaffe_cli.data.image import decode_image
 from pycaffe_cli.data.plain_jpeg import decode_plain_jpeg, plain_jpeg_frame
 from pycaffe_cli.errors import CaffeError
+from tests.data.test_image import encode
 
 
 def photo(height, width, seed=0):
@@ -20,9 +21,7 @@ def photo(height, width, seed=0):
 
 
 def jpeg(array, **options):
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, "JPEG", **options)
-    return buffer.getvalue()
+    return encode(array, "JPEG", **options)
 
 
 def general(data, color):
@@ -98,26 +97,14 @@ def test_other_files_are_left_to_the_general_path(case):
     rgb = photo(16, 16)
     data = {
         "exif": lambda: with_exif(rgb),
-        "cmyk": lambda: jpeg_of(Image.fromarray(rgb).convert("CMYK")),
-        "png": lambda: png_of(rgb),
+        "cmyk": lambda: jpeg(Image.fromarray(rgb).convert("CMYK")),
+        "png": lambda: encode(rgb, "PNG"),
         "junk": lambda: jpeg(rgb)[:2] + b"\x00" + jpeg(rgb)[2:],
         "no scan": lambda: jpeg(rgb)[:jpeg(rgb).index(b"\xff\xda")],
         "empty": lambda: b"",
     }[case]()
     assert plain_jpeg_frame(data) is None
     assert decode_plain_jpeg(data, True) is None
-
-
-def jpeg_of(image):
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG")
-    return buffer.getvalue()
-
-
-def png_of(array):
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, "PNG")
-    return buffer.getvalue()
 
 
 def test_grey_read_of_a_colour_jpeg_is_left_to_the_general_path():
