@@ -124,6 +124,32 @@ def _blocks(m, n, k, products, workers):
     return m, min(n, _ceil(_ceil(n, pieces), BLOCK_ALIGN) * BLOCK_ALIGN)
 
 
+@njit(cache=True, nogil=True)
+def split(m, n, k, workers):
+    """How kernels that schedule their own blocks cut one m x n x k product for ``workers``
+    threads, as ``matmul`` does: (rows a block, columns a block), or (0, 0) where the product
+    is too small to spread and runs on the calling thread."""
+    if workers < 2 or 2 * m * n * k < SPREAD_MIN_FLOPS:
+        return 0, 0
+    return _blocks(m, n, k, 1, workers)
+
+
+take_next = _take_next  # a shared block counter's next value, for those kernels
+
+
+@njit(cache=True, nogil=True, inline="always")
+def product(m, n, k, a, lda, b, ldb, c, ldc):
+    """c = a @ b on the calling thread, for row-major float32 matrices given by address and
+    leading dimension: a (m x k), b (k x n), c (m x n)."""
+    if m == 1:
+        _sgemv(_ROW_MAJOR, _TRANS, k, n, float32(1), b, ldb, a, 1, float32(0), c, 1)
+    elif n == 1:
+        _sgemv(_ROW_MAJOR, _NO_TRANS, m, k, float32(1), a, lda, b, ldb, float32(0), c, ldc)
+    else:
+        _sgemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, float32(1), a, lda, b, ldb,
+               float32(0), c, ldc)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _step(x, axis):
     """The byte step between x's products along a leading axis: 0 where it is broadcast."""

@@ -19,6 +19,9 @@ plan's forward-only pass may run 3x3 layers as Winograd F(4x4, 3x3) instead, on 
 """
 import math
 
+import numba
+import numpy as np
+
 from pycaffe_cli import backend
 from pycaffe_cli.layers.base import register
 from pycaffe_cli.layers.convolution import plan as rules
@@ -26,7 +29,7 @@ from pycaffe_cli.layers.convolution.base import COL_BUFFER_LIMIT, BaseConvolutio
     ConvolutionInferenceHooks
 from pycaffe_cli.layers.convolution.plan import Plan
 from pycaffe_cli.layers.inference_hooks import SpecialPath
-from pycaffe_cli.layers.kernels.cpu import winograd, winograd_error
+from pycaffe_cli.layers.kernels.cpu import conv_image, winograd, winograd_error, winograd_image
 from pycaffe_cli.synced_memory import data_stamps
 
 WINOGRAD = SpecialPath("winograd", "Winograd F(4x4, 3x3)")
@@ -90,7 +93,13 @@ class ConvolutionLayer(BaseConvolutionLayer):
         ``winograd_block`` and its weights' transform fits, else ``forward_cpu``."""
         weights = self._winograd_weights() if self.winograd_block else None
         if weights is None:
-            self.forward_cpu(bottom, top)
+            if self._one_image_blocks():
+                self._forward_one_image(bottom, top)
+            else:
+                self.forward_cpu(bottom, top)
+            return
+        if self.num == 1:
+            self._winograd_one_image(bottom, top, weights)
             return
         be = self.cpu_backend
         bias = self.blobs[1].cpu_data if self.bias_term else None
@@ -103,6 +112,46 @@ class ConvolutionLayer(BaseConvolutionLayer):
             winograd.forward(x.flat_data, self.num, self.channels, height, width, pad_h,
                              pad_w, weights, self.num_output, bias, self._fused_relu_slope,
                              y.flat_data, v, m, block)
+
+    def _one_image_blocks(self):
+        """Whether the forward-only pass runs conv_image's blocks: one image, the GEMM plan,
+        one group, 2-d windows."""
+        return (self.num == 1 and self.plan is Plan.GEMM and self.group == 1
+                and self.geometry.use_2d)
+
+    def _forward_one_image(self, bottom, top):
+        """One image, each block of its product from unfolding to bias on one thread
+        (kernels/cpu/conv_image.py)."""
+        be, geometry = self.cpu_backend, self.geometry.args_2d()
+        workers = numba.get_num_threads()
+        col = be.col_buffer(conv_image.scratch_size(*geometry, self.num_output, workers))
+        be.columns_of = None  # the column buffer holds only parts of the columns
+        bias, has_bias, slope = self._bias_and_relu()
+        weights = self.blobs[0].cpu_data.reshape(-1)
+        for x, y in zip(bottom, top):
+            conv_image.forward(x.flat_data, *geometry, weights, self.num_output, bias,
+                               has_bias, np.float32(slope or 0), slope is not None, col,
+                               y.flat_data, workers)
+
+    def _winograd_one_image(self, bottom, top, weights):
+        """One image's Winograd, each block from input to output transform on one thread
+        (kernels/cpu/winograd_image.py)."""
+        be, workers = self.cpu_backend, numba.get_num_threads()
+        geometry = (self.channels, *self.geometry.im_shape, *self.geometry.pad)
+        v_size, m_size = winograd_image.scratch_sizes(*geometry, self.num_output, workers)
+        v, m = be.col_buffer(v_size), be.mat_buffer(m_size)
+        be.columns_of = None  # the column buffer now holds Winograd's scratch
+        bias, has_bias, slope = self._bias_and_relu()
+        for x, y in zip(bottom, top):
+            winograd_image.forward(x.flat_data, *geometry, weights, self.num_output, bias,
+                                   has_bias, np.float32(slope or 0), slope is not None,
+                                   y.flat_data, v, m, workers)
+
+    def _bias_and_relu(self):
+        """(bias or a placeholder, whether there is one, the fused ReLU's slope or None)."""
+        if not self.bias_term:
+            return np.zeros(1, np.float32), False, None
+        return self.blobs[1].cpu_data, True, self._fused_relu_slope
 
     def _winograd_weights(self):
         """The weights' Winograd transform, or None where its error bound is too far above

@@ -8,7 +8,7 @@ import pytest
 from pycaffe_cli import backend
 from pycaffe_cli.layers.convolution.plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
     WINOGRAD_MIN_TILES, winograd_fits
-from pycaffe_cli.layers.kernels.cpu import winograd, winograd_error
+from pycaffe_cli.layers.kernels.cpu import conv_image, winograd, winograd_error, winograd_image
 from tests.layer_helpers import set_up
 from tests.layers.conv_helpers import forced_winograd
 from tests.layers.conv_reference import convolve
@@ -208,6 +208,29 @@ def test_fused_relu_and_a_forced_gemm_plan():
         assert layer.winograd_block == 0
         layer.inference().forward_pass()(bottom, top)
         np.testing.assert_array_equal(top[0].data, want)
+
+
+@pytest.mark.parametrize("params, pad, kernels", [
+    ("kernel_size: 3 pad: 1", 1, winograd_image),
+    ("kernel_size: 5 pad: 2", 2, conv_image),
+    ("kernel_size: 1", 0, conv_image),
+])
+def test_one_image_runs_in_blocks_of_its_own(params, pad, kernels, monkeypatch):
+    """At batch 1 the inference pass runs winograd_image's or conv_image's blocks, and gives
+    the plain forward's outputs within both ways' bounds."""
+    layer, bottom, top = conv_layer((1, WINOGRAD_MIN_IN, 16, 16),
+                                    f"num_output: {WINOGRAD_MIN_OUT} {params}")
+    calls, forward = [], kernels.forward
+    monkeypatch.setattr(kernels, "forward", lambda *args: calls.append(1) or forward(*args))
+    with forced_winograd(True):
+        layer.reshape(bottom, top)
+        got, want = inference_against_forward(layer, bottom, top)
+    assert calls
+    x, weights, bias = bottom[0].data, layer.blobs[0].data, layer.blobs[1].data
+    bound = 2 * gemm_bound(x, weights, bias, pad)
+    if kernels is winograd_image:
+        bound = both_ways_bound(layer, bottom)
+    assert_within(got, want, bound, "one image's blocks against the plain forward")
 
 
 @pytest.mark.parametrize("params", [

@@ -116,6 +116,55 @@ def _im2col_row(data, num, channels, height, width, kernel_h, kernel_w, pad_h, p
         _zero(col, first + oh1 * out_w, first + plane)
 
 
+@njit(cache=True, nogil=True)
+def window_ranges(height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w,
+                  dilation_h, dilation_w, out_h, out_w):
+    """(rows, columns): for each kernel row (column) offset, the [lo, hi) of output rows
+    (columns) whose windows read inside the image there."""
+    return (_ranges(height, kernel_h, pad_h, stride_h, dilation_h, out_h),
+            _ranges(width, kernel_w, pad_w, stride_w, dilation_w, out_w))
+
+
+@njit(cache=True, inline="always")
+def _span_row(data, stride_w, col, dst, src, start, stop, lo, hi):
+    """col[dst + ow] for output columns [start, stop) of one output row: the image row at
+    ``src`` (column ow reads src + ow * stride_w) inside [lo, hi), zeros outside."""
+    inner_lo, inner_hi = max(start, lo), min(stop, hi)
+    _zero(col, dst + start, dst + max(start, min(stop, lo)))
+    for ow in range(inner_lo, inner_hi):
+        col[uintp(dst + ow)] = data[uintp(src + ow * stride_w)]
+    _zero(col, dst + max(start, min(stop, hi), inner_lo), dst + stop)
+
+
+@njit(cache=True, nogil=True)
+def im2col_span(data, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
+                stride_w, dilation_h, dilation_w, out_w, h_ranges, w_ranges, first, stop,
+                col, lead):
+    """Columns [first, stop) (output positions) of one image's column matrix, as a matrix
+    of its own: ``col[r * lead + p - first]`` (``lead`` >= stop - first). What one block of a
+    convolution reads (kernels/cpu/conv_image.py); ``h_ranges`` and ``w_ranges`` are
+    ``window_ranges``'."""
+    for r in range(channels * kernel_h * kernel_w):
+        kj = r % kernel_w
+        ki = (r // kernel_w) % kernel_h
+        c = r // (kernel_w * kernel_h)
+        oh0, oh1 = h_ranges[ki, 0], h_ranges[ki, 1]
+        lo, hi = w_ranges[kj, 0], w_ranges[kj, 1]
+        p = first
+        while p < stop:
+            oh = p // out_w
+            start = p - oh * out_w
+            end = min(out_w, start + stop - p)
+            dst = r * lead + oh * out_w - first
+            if oh < oh0 or oh >= oh1:
+                _zero(col, dst + start, dst + end)
+            else:
+                src = ((c * height + oh * stride_h + ki * dilation_h - pad_h) * width
+                       + kj * dilation_w - pad_w)
+                _span_row(data, stride_w, col, dst, src, start, end, lo, hi)
+            p += end - start
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def im2col_batch(data, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                  stride_h, stride_w, dilation_h, dilation_w, col, batch_major):

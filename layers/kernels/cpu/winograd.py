@@ -222,22 +222,33 @@ def _input_block(im, c0, block, plane, channels, height, width, rows, cols, imag
                     channels * count, n)
 
 
+@njit(cache=True, nogil=True)
+def input_tiles(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count, v):
+    """``input_transform`` on the calling thread."""
+    plane = height * width
+    rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
+                                        tiles_h, tiles_w, first, count)
+    per_block, blocks = _channel_blocks(channels, count)
+    for block in range(blocks):
+        c0 = block * per_block
+        _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
+                     rows, cols, images, count, v)
+
+
 @njit(cache=True, parallel=True)
 def input_transform(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count,
                     v):
     """V (36, channels, count) of the ``count`` tiles from ``first``: ``im`` holds the batch
     (num, channels, height, width), flat; ``v`` is flat. Channels go in blocks of about
     BLOCK_PAIRS (channel, tile) pairs."""
-    plane = height * width
-    rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
-                                        tiles_h, tiles_w, first, count)
-    per_block, blocks = _channel_blocks(channels, count)
     if channels * count < PARALLEL_MIN_JOBS:
-        for block in range(blocks):
-            c0 = block * per_block
-            _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
-                         rows, cols, images, count, v)
+        input_tiles(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count,
+                    v)
     else:
+        plane = height * width
+        rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
+                                            tiles_h, tiles_w, first, count)
+        per_block, blocks = _channel_blocks(channels, count)
         for block in prange(blocks):
             c0 = block * per_block
             _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
@@ -308,22 +319,34 @@ def _output_block(m, o0, channels, out_channels, plane, out_w, count, starts, he
                        out_w, out)
 
 
+@njit(cache=True, nogil=True)
+def output_tiles(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
+                 has_bias, slope, has_relu, out):
+    """``output_transform`` on the calling thread."""
+    plane = out_h * out_w
+    starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
+                                            tiles_w, first, count)
+    per_block, blocks = _channel_blocks(out_channels, count)
+    for block in range(blocks):
+        o0 = block * per_block
+        _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
+                      count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
+
+
 @njit(cache=True, parallel=True)
 def output_transform(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
                      has_bias, slope, has_relu, out):
     """out (num, out_channels, out_h, out_w) tiles [first, first + count) from M (36,
     out_channels, count), flat, (+ bias[o]) (then ReLU with negative slope ``slope``).
     Channels go in blocks of about BLOCK_PAIRS (channel, tile) pairs."""
-    plane = out_h * out_w
-    starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
-                                            tiles_w, first, count)
-    per_block, blocks = _channel_blocks(out_channels, count)
     if out_channels * count < PARALLEL_MIN_JOBS:
-        for block in range(blocks):
-            o0 = block * per_block
-            _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
-                          count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
+        output_tiles(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
+                     has_bias, slope, has_relu, out)
     else:
+        plane = out_h * out_w
+        starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
+                                                tiles_w, first, count)
+        per_block, blocks = _channel_blocks(out_channels, count)
         for block in prange(blocks):
             o0 = block * per_block
             _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
