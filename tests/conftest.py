@@ -66,6 +66,15 @@ def pytest_runtest_setup(item):
         skip_without_cuda()
 
 
+@pytest.fixture(autouse=True)
+def plans_reuse_buffers(monkeypatch):
+    """Inference plans reuse blob buffers as on a CPU whose cache holds none of them,
+    whatever this machine's cache: tests that count buffers see the same plan everywhere
+    (tests of that choice set the cache size they need)."""
+    from pycaffe_cli.inference import memory
+    monkeypatch.setattr(memory, "cache_bytes", lambda: 0)
+
+
 @pytest.fixture(params=["cpu", "gpu"])
 def engine(request):
     """Run the test in CPU mode and in GPU mode (the simulator, or a real device)."""

@@ -374,3 +374,63 @@ def test_a_new_batch_size_joins_and_unjoins(monkeypatch):
     plain = copy_net(net, concat_net(2))
     plain.forward()
     np.testing.assert_array_equal(net.blob_by_name("out").data, plain.blob_by_name("out").data)
+
+
+CHAIN = (INPUT % "dim: 1 dim: 3 dim: 6 dim: 6") + """
+layer { name: "c" type: "Convolution" bottom: "data" top: "c"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "p1" type: "Power" bottom: "c" top: "h1" power_param { shift: 1 } }
+layer { name: "p2" type: "Power" bottom: "h1" top: "h2" power_param { scale: 2 } }
+layer { name: "p3" type: "Power" bottom: "h2" top: "out" power_param { shift: -1 } }
+"""
+
+
+def own_buffer_bytes(plan):
+    """What the plan's classes take with a buffer each."""
+    net = plan.net
+    return 4 * sum(max(net.blob_entries[i].blob.count() for i in members)
+                   for _, _, members in plan.memory.classes)
+
+
+@pytest.mark.parametrize("room", [0, -1])
+def test_buffers_are_reused_only_where_their_own_would_not_fit_in_the_cache(room,
+                                                                            monkeypatch):
+    """Each class gets a buffer of its own where all of them fit in the CPU's last-level
+    cache (a reused buffer's lines move between the cores), else they share; the outputs are
+    the plain net's either way."""
+    from pycaffe_cli.inference import memory
+    net = build(CHAIN)
+    fill_randomly(net, np.random.default_rng(6))
+    plain = copy_net(net, CHAIN)
+    plain.forward()
+    size = own_buffer_bytes(InferencePlan(copy_net(net, CHAIN)))
+    monkeypatch.setattr(memory, "cache_bytes", lambda: size + room)
+    plan = InferencePlan(net)
+    plan.forward()
+    np.testing.assert_array_equal(net.blob_by_name("out").data, plain.blob_by_name("out").data)
+    classes = len(plan.memory.classes)
+    assert classes == 3  # c, h1, h2; the output keeps its own memory
+    if room == 0:
+        assert not plan.memory.reused and plan.memory.buffer_count == classes
+        assert "3 blobs in 3 buffers, none reused (they fit in the CPU's cache" in plan.summary()
+    else:
+        assert plan.memory.reused and plan.memory.buffer_count == 2  # h2 takes c's buffer
+        assert "3 blobs share 2 buffers" in plan.summary()
+
+
+def test_the_gpu_reuses_buffers_whatever_the_cache(gpu_mode, monkeypatch):
+    from pycaffe_cli.inference import memory
+    monkeypatch.setattr(memory, "cache_bytes", lambda: 1 << 40)
+    plan = InferencePlan(build(CHAIN))
+    assert plan.memory.reused and plan.memory.buffer_count == 2
+
+
+def test_the_cache_size_is_the_last_level_linux_lists(tmp_path):
+    from pycaffe_cli.inference.memory import last_level_cache
+    for name, level, size in (("index0", 1, "48K"), ("index2", 2, "1024K"),
+                              ("index3", 3, "32768K"), ("index9", "x", "1G")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "level").write_text(f"{level}\n")
+        (tmp_path / name / "size").write_text(f"{size}\n")
+    assert last_level_cache(str(tmp_path)) == 32 << 20   # index9's level is unreadable
+    assert last_level_cache(str(tmp_path / "missing")) == 0

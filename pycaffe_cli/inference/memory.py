@@ -16,6 +16,14 @@ intervals are those of the net's own layer order too (a chain's step covers its 
 positions), so the plain ``Net.forward`` still computes the right outputs after the plan
 moved the blobs; blobs the chains skip get fresh, unallocated memory of their own.
 
+Reuse only what leaves the cache anyway: in CPU mode, where every class's buffer of its own
+would fit in the CPU's last-level cache together (``cache_bytes``), each class gets one and
+no buffer is reused. A reused buffer is written by another layer, split between the threads
+another way, so most of its lines were written last on the other core and move across before
+each write; where moving between cores is slow, that cost GoogLeNet at batch 1 (21.4 MB of
+buffers of their own) 4 ms of a 31 ms pass (docs/benchmarks.md, "Two states of this
+machine"). Larger nets, and the GPU, reuse: there memory is what the sharing is for.
+
 Concat without a copy: where a Concat's top holds its bottoms one after the other (nothing
 before the concat axis but a batch of one, e.g. GoogLeNet's and SqueezeNet's at batch 1), in
 CPU mode, each bottom becomes a view of its run of the top (``SyncedMemoryView``), so the
@@ -24,6 +32,9 @@ bottoms then join the top's class. Only bottoms that could move anyway, that no 
 touches, that share memory with no other blob and that are no other such Concat's top or
 bottom get views, all of a Concat's bottoms or none (the top may be shared: a Split after).
 """
+import functools
+import os
+
 from pycaffe_cli import backend
 from pycaffe_cli.sizes import FLOAT_BYTES
 from pycaffe_cli.synced_memory import SyncedMemory, SyncedMemoryView
@@ -46,6 +57,7 @@ class MemoryPlan:
         self.classes = []  # [(start, end, member ids)], made by assign
         self.buffer_count = 0
         self.after_bytes = self.before_bytes
+        self.reused = True  # whether buffers are reused (see the module docstring)
 
     @property
     def moved(self):
@@ -62,10 +74,11 @@ class MemoryPlan:
         self.joined = [c for c in self.concats if cpu and blobs[c[1]].count(0, c[0]._axis) == 1]
         self.classes = _classes(self.net, self.lives, self.movable, self.aliases,
                                 {b: top for _, top, bottoms in self.joined for b in bottoms})
+        needs = [max(blobs[i].count() for i in members) for _, _, members in self.classes]
+        self.reused = not cpu or sum(needs) * FLOAT_BYTES > cache_bytes()
         buffers = []  # [size, end, [members...]]
-        for start, end, members in self.classes:
-            need = max(blobs[i].count() for i in members)
-            free = [b for b in buffers if b[1] < start]
+        for (start, end, members), need in zip(self.classes, needs):
+            free = [b for b in buffers if b[1] < start] if self.reused else []
             fits = [b for b in free if b[0] >= need]
             if fits:
                 chosen = min(fits, key=lambda b: b[0])
@@ -96,6 +109,38 @@ class MemoryPlan:
             for blob_id in members:
                 blob = self.net.blob_entries[blob_id].blob
                 blob.use_data_memory(SyncedMemory(blob.count()))
+
+
+@functools.lru_cache(maxsize=None)
+def cache_bytes():
+    """The size of this CPU's last-level cache in bytes; 0 where it cannot be read."""
+    return last_level_cache("/sys/devices/system/cpu/cpu0/cache")
+
+
+def last_level_cache(root):
+    """Bytes of the highest cache level listed under ``root`` (Linux's sysfs layout: index*/
+    level and size), or 0."""
+    found = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "level"), encoding="ascii") as stream:
+                level = int(stream.read())
+            with open(os.path.join(root, name, "size"), encoding="ascii") as stream:
+                size = _size_bytes(stream.read().strip())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        found.append((level, size))
+    return max(found)[1] if found else 0
+
+
+def _size_bytes(text):
+    """Bytes of a sysfs cache size such as "32768K"."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    return int(text[:-1] if scale > 1 else text) * scale
 
 
 def _bytes(net, blob_ids):

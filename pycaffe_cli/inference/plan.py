@@ -249,8 +249,13 @@ class InferencePlan:
         if memory.joined:
             parts.append(f"{len(memory.joined)} Concat layers copy nothing (their bottoms are "
                          "parts of their tops)")
-        parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers (blob memory "
-                     f"{memory.before_bytes / MIB:.1f} MB -> {memory.after_bytes / MIB:.1f} MB)")
+        sizes = (f"blob memory {memory.before_bytes / MIB:.1f} MB -> "
+                 f"{memory.after_bytes / MIB:.1f} MB")
+        if memory.reused:
+            parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers ({sizes})")
+        else:
+            parts.append(f"{memory.moved} blobs in {memory.buffer_count} buffers, none reused "
+                         f"(they fit in the CPU's cache; {sizes})")
         return "Inference plan: " + ", ".join(parts)
 
 
