@@ -100,3 +100,22 @@ def test_locality_reports_one_pair_of_times_a_round(bench, capsys, monkeypatch):
     times = bench.locality(repeats=1, rounds=2)
     assert len(times) == 2 and all(len(row) == 2 and min(row) > 0 for row in times)
     assert capsys.readouterr().out.count("halves handed over every layer") == 2
+
+
+def test_rounds_through_states_time_each_runtime_after_the_handoff(bench, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "core_handoff_us", lambda: calls.append("handoff") or 80.0)
+    rounds = bench.rounds_through_states([lambda: calls.append("a"), lambda: calls.append("b")],
+                                         seconds=0)   # no time: one round all the same
+    passes = 1 + bench.STATE_PASSES
+    assert calls == ["handoff"] + ["a"] * passes + ["b"] * passes
+    assert len(rounds) == 1 and rounds[0][0] == 80.0 and min(rounds[0][1:]) >= 0
+
+
+def test_state_medians_split_the_rounds_at_the_widest_gap_in_the_handoffs(bench):
+    # This machine's figures: 80-110 us fast, 250-320 slow, and now and then 44.
+    rounds = [[80, 20, 30], [44, 22, 31], [250, 30, 40], [110, 21, 29], [320, 40, 50]]
+    assert bench.state_medians(rounds) == {"fast": (3, [21.0, 30.0]),
+                                           "slow": (2, [35.0, 45.0])}
+    assert bench.state_medians(rounds[:2] + rounds[3:4]) == {"fast": (3, [21.0, 30.0])}
+    assert bench.state_medians(rounds[:1]) == {"fast": (1, [20.0, 30.0])}
