@@ -85,7 +85,9 @@ def _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, s
     across = -(-positions // block_n)
     total = -(-out_channels // block_m) * across
     thread = numba.get_thread_id()
-    if (thread + 1) * per_thread <= col.size:
+    if per_thread == 0:  # nothing to unfold
+        own, have_all = col[:0], True
+    elif (thread + 1) * per_thread <= col.size:
         own, have_all = col[thread * per_thread:(thread + 1) * per_thread], unfolded[thread]
     else:  # not one of the ids scratch_size counted: columns of its own
         own, have_all, thread = np.empty(per_thread, np.float32), False, -1
