@@ -124,17 +124,34 @@ def _blocks(m, n, k, products, workers):
     return m, min(n, _ceil(_ceil(n, pieces), BLOCK_ALIGN) * BLOCK_ALIGN)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _spreads(multiply_adds, workers):
+    """Whether a product of this many multiply-adds goes over ``workers`` threads."""
+    return workers >= 2 and 2 * multiply_adds >= SPREAD_MIN_FLOPS
+
+
 @njit(cache=True, nogil=True)
 def split(m, n, k, workers):
     """How kernels that schedule their own blocks cut one m x n x k product for ``workers``
     threads, as ``matmul`` does: (rows a block, columns a block), or (0, 0) where the product
     is too small to spread and runs on the calling thread."""
-    if workers < 2 or 2 * m * n * k < SPREAD_MIN_FLOPS:
+    if not _spreads(m * n * k, workers):
         return 0, 0
     return _blocks(m, n, k, 1, workers)
 
 
 take_next = _take_next  # a shared block counter's next value, for those kernels
+
+
+@njit(cache=True, nogil=True, inline="always")
+def thread_part(buffer, size):
+    """(this thread's ``size`` values of ``buffer``, numba's thread id): part ``id`` of a
+    scratch buffer with a part for each thread, so that each thread writes only memory it
+    wrote before; (a fresh array, -1) where the buffer has no part for the id."""
+    thread = numba.get_thread_id()
+    if (thread + 1) * size <= buffer.size:
+        return buffer[thread * size:(thread + 1) * size], thread
+    return np.empty(size, buffer.dtype), -1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -202,7 +219,7 @@ def _gemm(a, b, out, beta, workers):
         return False
     products = out.shape[0] * out.shape[1]
     beta32 = float32(beta)
-    if workers < 2 or 2 * products * m * n * k < SPREAD_MIN_FLOPS:
+    if not _spreads(products * m * n * k, workers):
         for j in range(products):
             _block(j, a, b, out, beta32, m, n, trans_a, lda, trans_b, ldb, ldc)
         return True

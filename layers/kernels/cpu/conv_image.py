@@ -18,11 +18,10 @@ column buffer that only it uses (by numba's thread id), so its columns stay in i
 
 1x1 windows with stride 1 and no padding are not unfolded: the image is its column matrix.
 """
-import numba
 import numpy as np
 from numba import njit, prange, uintp
 
-from pycaffe_cli.blas import product, split, take_next
+from pycaffe_cli.blas import product, split, take_next, thread_part
 from pycaffe_cli.layers.kernels.cpu.im2col import im2col_span, window_ranges
 from pycaffe_cli.layers.kernels.cpu.layout import rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
@@ -84,13 +83,8 @@ def _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, s
     by_rows = block_m < out_channels
     across = -(-positions // block_n)
     total = -(-out_channels // block_m) * across
-    thread = numba.get_thread_id()
-    if per_thread == 0:  # nothing to unfold
-        own, have_all = col[:0], True
-    elif (thread + 1) * per_thread <= col.size:
-        own, have_all = col[thread * per_thread:(thread + 1) * per_thread], unfolded[thread]
-    else:  # not one of the ids scratch_size counted: columns of its own
-        own, have_all, thread = np.empty(per_thread, np.float32), False, -1
+    own, thread = thread_part(col, per_thread)
+    have_all = per_thread == 0 or (thread >= 0 and unfolded[thread])
     j = take_next(counter)
     while j < total:
         row0, first = (j // across) * block_m, (j % across) * block_n

@@ -223,14 +223,21 @@ def _input_block(im, c0, block, plane, channels, height, width, rows, cols, imag
 
 
 @njit(cache=True, nogil=True)
-def input_tiles(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count, v):
-    """``input_transform`` on the calling thread."""
+def _input_layout(channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count):
+    """What both input loops need: (plane, the patches' rows, columns and image offsets,
+    channels a block, blocks)."""
     plane = height * width
     rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
                                         tiles_h, tiles_w, first, count)
-    per_block, blocks = _channel_blocks(channels, count)
-    for block in range(blocks):
-        c0 = block * per_block
+    return (plane, rows, cols, images) + _channel_blocks(channels, count)
+
+
+@njit(cache=True, nogil=True)
+def input_tiles(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count, v):
+    """``input_transform`` on the calling thread."""
+    plane, rows, cols, images, per_block, _ = _input_layout(
+        channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count)
+    for c0 in range(0, channels, per_block):
         _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
                      rows, cols, images, count, v)
 
@@ -244,15 +251,13 @@ def input_transform(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w,
     if channels * count < PARALLEL_MIN_JOBS:
         input_tiles(im, channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count,
                     v)
-    else:
-        plane = height * width
-        rows, cols, images = _patch_corners(channels * plane, height, width, pad_h, pad_w,
-                                            tiles_h, tiles_w, first, count)
-        per_block, blocks = _channel_blocks(channels, count)
-        for block in prange(blocks):
-            c0 = block * per_block
-            _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
-                         rows, cols, images, count, v)
+        return
+    plane, rows, cols, images, per_block, blocks = _input_layout(
+        channels, height, width, pad_h, pad_w, tiles_h, tiles_w, first, count)
+    for block in prange(blocks):
+        c0 = block * per_block
+        _input_block(im, c0, min(per_block, channels - c0), plane, channels, height, width,
+                     rows, cols, images, count, v)
 
 
 @njit(cache=True)
@@ -320,15 +325,22 @@ def _output_block(m, o0, channels, out_channels, plane, out_w, count, starts, he
 
 
 @njit(cache=True, nogil=True)
-def output_tiles(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
-                 has_bias, slope, has_relu, out):
-    """``output_transform`` on the calling thread."""
+def _output_layout(out_channels, out_h, out_w, tiles_h, tiles_w, first, count):
+    """What both output loops need: (plane, the tiles' starts, heights and widths, channels a
+    block, blocks)."""
     plane = out_h * out_w
     starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
                                             tiles_w, first, count)
-    per_block, blocks = _channel_blocks(out_channels, count)
-    for block in range(blocks):
-        o0 = block * per_block
+    return (plane, starts, heights, widths) + _channel_blocks(out_channels, count)
+
+
+@njit(cache=True, nogil=True)
+def output_tiles(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
+                 has_bias, slope, has_relu, out):
+    """``output_transform`` on the calling thread."""
+    plane, starts, heights, widths, per_block, _ = _output_layout(
+        out_channels, out_h, out_w, tiles_h, tiles_w, first, count)
+    for o0 in range(0, out_channels, per_block):
         _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
                       count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
 
@@ -342,17 +354,16 @@ def output_transform(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, cou
     if out_channels * count < PARALLEL_MIN_JOBS:
         output_tiles(m, out_channels, out_h, out_w, tiles_h, tiles_w, first, count, bias,
                      has_bias, slope, has_relu, out)
-    else:
-        plane = out_h * out_w
-        starts, heights, widths = _tile_corners(out_channels * plane, out_h, out_w, tiles_h,
-                                                tiles_w, first, count)
-        per_block, blocks = _channel_blocks(out_channels, count)
-        for block in prange(blocks):
-            o0 = block * per_block
-            _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
-                          count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
+        return
+    plane, starts, heights, widths, per_block, blocks = _output_layout(
+        out_channels, out_h, out_w, tiles_h, tiles_w, first, count)
+    for block in prange(blocks):
+        o0 = block * per_block
+        _output_block(m, o0, min(per_block, out_channels - o0), out_channels, plane, out_w,
+                      count, starts, heights, widths, bias, has_bias, slope, has_relu, out)
 
 
+@njit(cache=True, nogil=True)
 def tile_counts(out_h, out_w):
     """(tiles down, tiles across) covering an out_h x out_w output."""
     return -(-out_h // TILE), -(-out_w // TILE)

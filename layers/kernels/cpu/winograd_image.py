@@ -16,18 +16,13 @@ products together as one (M_out x tiles x 36 C):
   multiplies and transforms back its own channels. Blocks of channels are chosen where the
   tiles are fewer than the output channels, so transforming the input twice costs little.
 """
-import numba
 import numpy as np
 from numba import njit, prange
 
-from pycaffe_cli.blas import product, split, take_next
-from pycaffe_cli.layers.kernels.cpu.winograd import POINTS, TILE, input_tiles, output_tiles
+from pycaffe_cli.blas import product, split, take_next, thread_part
+from pycaffe_cli.layers.kernels.cpu.winograd import POINTS, input_tiles, output_tiles, \
+    tile_counts
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _tile_counts(out_h, out_w):
-    return -(-out_h // TILE), -(-out_w // TILE)
 
 
 @njit(cache=True, nogil=True)
@@ -35,7 +30,7 @@ def _cut(channels, height, width, pad_h, pad_w, out_channels, workers):
     """(out_h, out_w, channels a block, tiles a block, V values a thread, M values a
     thread)."""
     out_h, out_w = conv_out_size(height, 3, pad_h, 1, 1), conv_out_size(width, 3, pad_w, 1, 1)
-    tiles_h, tiles_w = _tile_counts(out_h, out_w)
+    tiles_h, tiles_w = tile_counts(out_h, out_w)
     tiles = tiles_h * tiles_w
     block_m, block_n = split(out_channels, tiles, POINTS * channels, workers)
     if block_m == 0:
@@ -59,18 +54,14 @@ def _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias
     """Take blocks from ``counter`` until none is left, on the calling thread (see the
     module docstring); ``cut`` is ``_cut``'s."""
     out_h, out_w, block_m, block_n, v_size, m_size = cut
-    tiles_h, tiles_w = _tile_counts(out_h, out_w)
+    tiles_h, tiles_w = tile_counts(out_h, out_w)
     tiles, plane = tiles_h * tiles_w, out_h * out_w
     by_rows = block_m < out_channels
     across = -(-tiles // block_n)
     total = -(-out_channels // block_m) * across
-    thread = numba.get_thread_id()
-    if (thread + 1) * v_size <= v.size and (thread + 1) * m_size <= m.size:
-        own_v, own_m = v[thread * v_size:(thread + 1) * v_size], m[thread * m_size:]
-        have_all = transformed[thread]
-    else:  # not one of the ids scratch_sizes counted: scratch of its own
-        own_v, own_m = np.empty(v_size, np.float32), np.empty(m_size, np.float32)
-        have_all, thread = False, -1
+    own_v, thread = thread_part(v, v_size)
+    own_m, _ = thread_part(m, m_size)
+    have_all = thread >= 0 and transformed[thread]
     j = take_next(counter)
     while j < total:
         row0, first = (j // across) * block_m, (j % across) * block_n
@@ -102,7 +93,7 @@ def forward(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, ha
     all flat float32, ``v`` and ``m`` at least ``scratch_sizes``."""
     cut = _cut(channels, height, width, pad_h, pad_w, out_channels, workers)
     out_h, out_w, block_m, block_n, v_size, m_size = cut
-    tiles_h, tiles_w = _tile_counts(out_h, out_w)
+    tiles_h, tiles_w = tile_counts(out_h, out_w)
     blocks = -(-out_channels // block_m) * -(-(tiles_h * tiles_w) // block_n)
     counter = np.zeros(1, np.int64)
     # Whether each thread's V holds every tile (blocks of channels).
