@@ -7,6 +7,11 @@
   between bottoms 0 and 1 a tie goes to bottom 1 (``b0 > b1`` picks 0), and from bottom 2 on a
   later bottom wins only if strictly larger.
 
+The CPU passes of SUM and PROD, and MAX's forward-only pass, run one numba loop over the
+elements (layers/kernels/cpu/eltwise.py); MAX's training pass keeps the winning bottom's index
+for backward. In the inference plan, on the CPU, a ReLU that reads the top next runs in that
+same loop (``EltwiseInferenceHooks.fuse_relu``).
+
 GPU mode runs the same float32 operations in the same order on the device, one launch per
 bottom (the kernels below and ``pycaffe_cli/cuda/math.py``); MAX keeps the winning bottom index in
 a float32 device buffer.
@@ -19,11 +24,29 @@ from pycaffe_cli.cuda import math as gpu_math
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.inference_hooks import InferenceHooks
+from pycaffe_cli.layers.kernels.cpu import eltwise as kernels
 from pycaffe_cli.proto import caffe_pb2
 
 SUM = caffe_pb2.EltwiseParameter.SUM
 PROD = caffe_pb2.EltwiseParameter.PROD
 MAX = caffe_pb2.EltwiseParameter.MAX
+
+
+class EltwiseInferenceHooks(InferenceHooks):
+    """The forward-only pass on the CPU keeps no MAX index (only backward reads it), and
+    applies the ReLU the plan fuses into the layer (pycaffe_cli/inference/fold.py)."""
+
+    def forward_pass(self):
+        layer = self.layer
+        return layer.forward_gpu if layer._use_gpu("forward") else layer._forward_values_cpu
+
+    def fuse_relu(self, negative_slope):
+        self.layer._fused_relu_slope = negative_slope
+
+    @property
+    def fused_relu_slope(self):
+        return self.layer._fused_relu_slope
 
 
 @register("Eltwise", v1="ELTWISE")
@@ -32,6 +55,10 @@ class EltwiseLayer(Layer):
 
     min_num_bottom = 2
     exact_num_top = 1
+    inference_hooks = EltwiseInferenceHooks
+    # ReLU's negative slope to apply to the top (None: none): the inference plan's, on its
+    # own copy of the layer, in CPU mode only (EltwiseInferenceHooks).
+    _fused_relu_slope = None
 
     def layer_setup(self, bottom, top):
         param = self.param.eltwise_param
@@ -44,6 +71,7 @@ class EltwiseLayer(Layer):
             raise self.error("Eltwise layer only takes coefficients for summation "
                              "(operation SUM), not PROD")
         self._coeffs = coeff if (self._op == SUM and coeff) else [1.0] * len(bottom)
+        self._kernel_coeffs = np.array(self._coeffs, np.float32)
         self._stable_prod_grad = param.stable_prod_grad
         self._max_index = None
         self._gpu_max_index = Blob()  # the device path's argmax (bottom index as a float)
@@ -63,24 +91,20 @@ class EltwiseLayer(Layer):
 
     # --- forward ---------------------------------------------------------------------
     def forward_cpu(self, bottom, top):
-        if self._op == SUM:
-            result = self._sum(bottom)
-        elif self._op == PROD:
-            result = bottom[0].data * bottom[1].data
-            for blob in bottom[2:]:
-                result *= blob.data
-        else:
-            result = self._max(bottom)
-        top[0].data[...] = result
+        if self._op == MAX and self._fused_relu_slope is None:
+            top[0].data[...] = self._max(bottom)
+        else:  # a fused ReLU: the inference plan's layer, which never runs backward
+            self._combine(bottom, top, self._fused_relu_slope)
 
-    def _sum(self, bottom):
-        result = np.zeros(bottom[0].shape, np.float32)
-        for blob, c in zip(bottom, self._coeffs):
-            if c == 1.0:
-                result += blob.data
-            else:
-                result += np.float32(c) * blob.data
-        return result
+    def _forward_values_cpu(self, bottom, top):
+        """The top without MAX's index, and with the fused ReLU (EltwiseInferenceHooks)."""
+        self._combine(bottom, top, self._fused_relu_slope)
+
+    def _combine(self, bottom, top, relu_slope):
+        rectified = relu_slope is not None
+        kernels.combine(self._op, tuple(blob.data.reshape(-1) for blob in bottom),
+                        self._kernel_coeffs, top[0].data.reshape(-1),
+                        np.float32(relu_slope if rectified else 0), rectified)
 
     def _max(self, bottom):
         """Max over the bottoms, recording the winning bottom index for backward."""

@@ -7,8 +7,8 @@ runs cheaper forward passes. Of a layer it uses Caffe's contract (``reshape``, `
 ``forward_pass``) and, for everything else, ``layer.inference()``: an instance of the hooks
 class the layer class names in ``Layer.inference_hooks`` (layers/base.py), by default
 ``InferenceHooks`` below. Layers with hooks of their own: Convolution and Deconvolution
-(convolution/base.py, convolution/convolution.py), InnerProduct, Pooling, Concat, Filter and
-Python.
+(convolution/base.py, convolution/convolution.py), InnerProduct, Eltwise, Pooling, Concat,
+Filter and Python.
 """
 from typing import NamedTuple
 
@@ -79,10 +79,10 @@ class InferenceHooks:
         array kept from before, which their data stamps do not see."""
 
     def fuse_relu(self, negative_slope):
-        """From now on apply ReLU with ``negative_slope`` where forward adds the bias (CPU
-        mode): the plan fuses a ReLU into the producer of a chain this way, on a layer of its
+        """From now on apply ReLU with ``negative_slope`` as the forward-only pass writes its
+        top (a producer: where it adds the bias; CPU mode): the plan fuses a ReLU into the producer of a chain this way, on a layer of its
         own (pycaffe_cli/inference/fold.py). Producers (Convolution, Deconvolution,
-        InnerProduct) override it and ``fused_relu_slope``."""
+        InnerProduct) and Eltwise override it and ``fused_relu_slope``."""
         raise NotImplementedError(f"{self.layer.type} layers cannot fuse a ReLU")
 
     @property

@@ -141,6 +141,60 @@ def test_a_chain_skips_blobs_only_when_nothing_else_needs_them():
         assert deviation(got, want) <= LAYER_BOUND
 
 
+RESIDUAL = INPUT % "dim: 2 dim: 3 dim: 4 dim: 5" + """
+layer { name: "a" type: "Power" bottom: "data" top: "a" power_param { scale: -1 shift: 0.5 } }
+layer { name: "sum" type: "Eltwise" bottom: "data" bottom: "a" top: "s"
+        eltwise_param { operation: %s } }
+layer { name: "relu" type: "ReLU" bottom: "s" top: "%s" relu_param { negative_slope: %s } }
+layer { name: "out" type: "Power" bottom: "%s" top: "out" }
+"""
+
+
+def residual(operation="SUM", slope=0, in_place=True):
+    top = "s" if in_place else "r"
+    return RESIDUAL % (f"{operation} coeff: 1 coeff: 2" if operation == "SUM" else operation,
+                       top, slope, top)
+
+
+@pytest.mark.parametrize("operation", ["SUM", "PROD", "MAX"])
+@pytest.mark.parametrize("slope, in_place", [(0, True), (0.25, True), (0, False)])
+def test_an_eltwise_runs_the_relu_after_it(operation, slope, in_place, engine):
+    """Eltwise then ReLU (ResNet's sum): one step on the CPU, whose top is the ReLU's."""
+    text = residual(operation, slope, in_place)
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(9))
+    plain = copy_net(net, text)
+    plain.forward()
+    plan = InferencePlan(net)
+    if engine == "cpu":
+        [chain] = plan.chains
+        assert net.layer_names[chain.relu] == "relu" and chain.affine == []
+        assert chain.layer.inference().fused_relu_slope == slope
+        assert net.layer_by_name("sum").inference().fused_relu_slope is None
+        assert [net.blob_names[i] for i in chain.skipped] == ([] if in_place else ["s"])
+        assert "fused 1 ReLU layers" in plan.summary()
+    else:
+        assert plan.chains == []
+    plan.forward()
+    # the same float32 operations in the same order as the plain layers'
+    np.testing.assert_array_equal(net.blob_by_name("out").cpu_data,
+                                  plain.blob_by_name("out").cpu_data)
+
+
+def test_an_eltwise_chain_takes_no_affine_layer_and_keeps_what_others_read():
+    text = INPUT % "dim: 2 dim: 3" + """
+        layer { name: "sum" type: "Eltwise" bottom: "data" bottom: "data" top: "s" }
+        layer { name: "scale" type: "Scale" bottom: "s" top: "s"
+                scale_param { num_axes: 0 } }
+        layer { name: "sum2" type: "Eltwise" bottom: "s" bottom: "data" top: "t" }
+        layer { name: "relu" type: "ReLU" bottom: "t" top: "r" }
+        layer { name: "other" type: "Power" bottom: "t" top: "o" }
+        """
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(10))
+    assert InferencePlan(net).chains == []
+
+
 # --- when the plan must give way --------------------------------------------------------------
 def test_train_nets_are_refused():
     with pytest.raises(CaffeError, match="TEST-phase nets only"):

@@ -41,7 +41,12 @@ def test_the_plan_runs_every_deploy_model(name):
     outputs_protected = set(reference.output_blob_indices) | set(reference.input_blob_indices)
     all_chains = find_chains(reference, outputs_protected, fuse_relu=True)
     if name in ("resnet50", "mobilenet_v2"):
-        assert len(all_chains) == 53 and all(len(c.affine) == 2 for c in all_chains)
+        convolutions = [c for c in all_chains if c.takes_affine]
+        assert len(convolutions) == 53 and all(len(c.affine) == 2 for c in convolutions)
+        # ResNet-50's 16 sums each feed a ReLU; MobileNet v2's (linear bottlenecks) do not
+        sums = [c for c in all_chains if not c.takes_affine]
+        assert len(sums) == (16 if name == "resnet50" else 0)
+        assert all(reference.layers[c.producer].type == "Eltwise" for c in sums)
     net = twin(reference, param)
     plan = InferencePlan(net, keep=keep)
     folded = any(chain.affine for chain in plan.chains)

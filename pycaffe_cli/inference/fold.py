@@ -1,5 +1,5 @@
 """Chains the inference plan runs as one layer: a convolution (or inner product) and the
-per-channel affine layers and ReLU after it.
+per-channel affine layers and ReLU after it; an Eltwise layer and the ReLU after it.
 
 A chain starts at a producer P (Convolution, Deconvolution or InnerProduct with one bottom
 and one top) and takes the layers that read P's output next, each the first reader of what
@@ -23,6 +23,11 @@ bias (its inference hooks' ``fuse_relu``). A chain with a ReLU and no affine lin
 own weight blobs (P needs a bias then); a folded one has its own, recomputed whenever the
 blobs they come from change (``Chain.stale``). The net's layers and params are never
 modified.
+
+An Eltwise chain (CPU mode) is an Eltwise layer with one top and the ReLU that reads it next,
+on the same terms: it runs as a new Eltwise layer that applies the ReLU to each element as it
+writes it (ResNet's sum-then-ReLU, one pass over the data instead of two). Nothing folds into
+an Eltwise layer.
 """
 from dataclasses import dataclass, field
 
@@ -45,6 +50,7 @@ class Chain:
     producer: int
     axis: int
     channels: int
+    takes_affine: bool = True
     affine: list = field(default_factory=list)
     relu: int = None
     top_id: int = -1
@@ -63,8 +69,12 @@ def _canonical(axis, num_axes):
     return axis + num_axes if axis < 0 else axis
 
 
+def _one_top(entry):
+    return len(entry.tops) == 1 and not any(entry.layer.loss_weights)
+
+
 def _single(entry):
-    return len(entry.bottoms) == 1 and len(entry.tops) == 1 and not any(entry.layer.loss_weights)
+    return len(entry.bottoms) == 1 and _one_top(entry)
 
 
 # --- which links fold --------------------------------------------------------------------
@@ -127,14 +137,20 @@ AFFINE = {"BatchNorm": (_batch_norm_folds, _batch_norm_affine),
 # --- finding chains ------------------------------------------------------------------------
 def find_chains(net, protected, fuse_relu):
     """Every chain of ``net`` worth running as one layer: with an affine link, or with a ReLU
-    to fuse (``fuse_relu``) into a producer that has a bias. ``protected``: blob ids that must
-    keep their own values (kept blobs, outputs)."""
+    to fuse (``fuse_relu``) into a producer that has a bias or into an Eltwise layer.
+    ``protected``: blob ids that must keep their own values (kept blobs, outputs)."""
     readers = {}
     for index, entry in enumerate(net.layer_entries):
         for blob_id in entry.bottom_ids:
             readers.setdefault(blob_id, []).append(index)
     chains = []
     for index, entry in enumerate(net.layer_entries):
+        if entry.layer.type == "Eltwise" and fuse_relu and _one_top(entry):
+            chain = Chain(index, axis=-1, channels=0, takes_affine=False)
+            _follow(net, readers, chain, protected, fuse_relu)
+            if chain.relu is not None:
+                chains.append(chain)
+            continue
         field_name = PRODUCER_FIELDS.get(entry.layer.type)
         if field_name is None or not _single(entry):
             continue
@@ -173,7 +189,7 @@ def _link_kind(entry, chain, fuse_relu):
     layer_type = entry.layer.type
     if layer_type == "ReLU":
         return "relu" if fuse_relu else None
-    rules = AFFINE.get(layer_type)
+    rules = AFFINE.get(layer_type) if chain.takes_affine else None
     if rules is not None and rules[0](entry, chain.axis, chain.channels):
         return "affine"
     return None
@@ -181,21 +197,23 @@ def _link_kind(entry, chain, fuse_relu):
 
 # --- the chain's layer -----------------------------------------------------------------------
 def make_layer(net, chain):
-    """Build the chain's layer (P's type, bias_term: true) on P's bottom and the chain's top
-    blob, with folded weights or P's own; set its fused ReLU."""
+    """Build the chain's layer (P's type; a convolution or inner product with bias_term:
+    true) on P's bottoms and the chain's top blob, with folded weights or P's own; set its
+    fused ReLU."""
     entry = net.layer_entries[chain.producer]
     producer = entry.layer
     param = caffe_pb2.LayerParameter()
     param.CopyFrom(producer.param)
     del param.blobs[:]
-    getattr(param, PRODUCER_FIELDS[producer.type]).bias_term = True
+    if producer.type in PRODUCER_FIELDS:
+        getattr(param, PRODUCER_FIELDS[producer.type]).bias_term = True
     layer = create_layer(param)
     if chain.affine:
         layer.blobs = [Blob(producer.blobs[0].shape), Blob((chain.channels,))]
         chain.sources = list(producer.blobs) + [blob for i in chain.affine
                                                 for blob in net.layer_entries[i].layer.blobs]
     else:
-        layer.blobs = list(producer.blobs)  # the net's own weight and bias blobs
+        layer.blobs = list(producer.blobs)  # the net's own weight and bias blobs (if any)
     layer.setup(entry.bottoms, [net.blob_entries[chain.top_id].blob])
     if chain.relu is not None:
         relu = net.layer_entries[chain.relu].layer

@@ -5,8 +5,9 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
 
 * runs each convolution or inner product followed by BatchNorm / Scale / Bias layers as one
   layer with folded weights, and in CPU mode applies a ReLU after it where the layer adds
-  its bias (pycaffe_cli/inference/fold.py); the net's own layers and params are not changed
-  (beyond sharing scratch buffers, below);
+  its bias, and applies a ReLU after an Eltwise layer as that layer writes its top
+  (pycaffe_cli/inference/fold.py); the net's own layers and params are not changed (beyond
+  sharing scratch buffers, below);
 * on the CPU runs 3x3 convolutions with stride 1 as Winograd F(4x4, 3x3) where that pays
   and its proven error bound is at most 16 times the GEMM's for the layer's weights
   (layers/convolution/convolution.py, kernels/cpu/winograd.py, kernels/cpu/winograd_error.py);
