@@ -78,16 +78,6 @@ _sgemv = types.ExternalFunction(_PRIVATE_SGEMV, types.void(
     _pointer, _int))
 
 
-@intrinsic
-def _take_next(typingctx, counter):
-    """counter[0] += 1 atomically; the value before (numba has no CPU atomics of its own)."""
-    def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        one = context.get_constant(types.int64, 1)
-        return builder.atomic_rmw("add", array.data, one, "monotonic")
-    return types.int64(counter), codegen
-
-
 @njit(cache=True, nogil=True, inline="always")
 def _ceil(x, y):
     return -(-x // y)
@@ -140,7 +130,56 @@ def split(m, n, k, workers):
     return _blocks(m, n, k, 1, workers)
 
 
-take_next = _take_next  # a shared block counter's next value, for those kernels
+@intrinsic
+def _fetch_add(typingctx, counters, index, value):
+    """counters[index] += value atomically; the value before."""
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = builder.gep(array.data, [args[1]])
+        return builder.atomic_rmw("add", pointer, args[2], "monotonic")
+    return types.int64(counters, types.intp, types.int64), codegen
+
+
+# A part's claims word: blocks taken from its front in the low 32 bits, from its back above.
+_FROM_BACK = 1 << 32
+_FRONT_MASK = _FROM_BACK - 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _part_bounds(total, parts, part):
+    return part * total // parts, (part + 1) * total // parts
+
+
+@njit(cache=True, nogil=True)
+def claim(claims, total):
+    """The next of ``total`` blocks for the calling thread, or ``total`` when none is left.
+    The blocks are cut into ``claims.size`` parts (a zeroed int64 array, a word a part),
+    part t numba thread t's: a thread takes its own part's blocks from the front, then the
+    other parts' from the back. So a kernel run again gives each thread mostly the blocks it
+    had before, whose data its core still holds; a thread held up by another process leaves
+    its blocks to the others."""
+    return claim_as(claims, total, numba.get_thread_id())
+
+
+@njit(cache=True, nogil=True)
+def claim_as(claims, total, thread):
+    """``claim`` for thread number ``thread``. Every add to a part's word is one attempt;
+    an attempt takes a block only while fewer than the part's blocks were taken before it
+    (front + back), so the two ends never take the same block and, once the part is used
+    up, every later attempt finds it so."""
+    parts = claims.size
+    if thread < parts:
+        taken = _fetch_add(claims, thread, 1)
+        start, stop = _part_bounds(total, parts, thread)
+        if (taken & _FRONT_MASK) + (taken >> 32) < stop - start:
+            return start + (taken & _FRONT_MASK)
+    for step in range(1, parts + 1):
+        part = (thread + step) % parts
+        taken = _fetch_add(claims, part, _FROM_BACK)
+        start, stop = _part_bounds(total, parts, part)
+        if (taken & _FRONT_MASK) + (taken >> 32) < stop - start:
+            return stop - 1 - (taken >> 32)
+    return total
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -227,10 +266,10 @@ def _gemm(a, b, out, beta, workers):
     total = products * _ceil(m, block_m) * _ceil(n, block_n)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
-        j = _take_next(counter)
+        j = _fetch_add(counter, 0, 1)
         while j < total:
             _block(j, a, b, out, beta32, block_m, block_n, trans_a, lda, trans_b, ldb, ldc)
-            j = _take_next(counter)
+            j = _fetch_add(counter, 0, 1)
     return True
 
 

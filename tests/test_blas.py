@@ -168,3 +168,47 @@ def test_blocks_cover_the_output_along_the_cheaper_side():
     rows, cols = blas._blocks(32, 32, 2000, 1, 2)      # 4 MFLOP: one block a thread
     assert -(-32 // rows) * -(-32 // cols) == 2
     assert blas._blocks(64, 64, 64, 36, 2) == (64, 64)  # a stack: a product a block
+
+
+def _claims_in_order(parts, total, thread):
+    claims = np.zeros(parts, np.int64)
+    order = []
+    while (j := blas.claim_as(claims, total, thread)) < total:
+        order.append(j)
+    return order
+
+
+def test_a_thread_claims_its_own_part_first_then_the_others_from_their_far_end():
+    # 10 blocks in 3 parts: [0, 3), [3, 6), [6, 10)
+    assert _claims_in_order(3, 10, 0) == [0, 1, 2, 5, 4, 3, 9, 8, 7, 6]
+    assert _claims_in_order(3, 10, 2) == [6, 7, 8, 9, 2, 1, 0, 5, 4, 3]
+    assert _claims_in_order(3, 10, 5) == [2, 1, 0, 5, 4, 3, 9, 8, 7, 6]  # owns no part
+    assert _claims_in_order(1, 4, 0) == [0, 1, 2, 3]
+
+
+def test_owner_and_thief_meet_without_taking_a_block_twice():
+    claims = np.zeros(2, np.int64)
+    taken = [blas.claim_as(claims, 6, 0), blas.claim_as(claims, 6, 1),   # own fronts: 0, 3
+             blas.claim_as(claims, 6, 1), blas.claim_as(claims, 6, 1),   # 4, 5
+             blas.claim_as(claims, 6, 1), blas.claim_as(claims, 6, 0),   # steals 2; own 1
+             blas.claim_as(claims, 6, 0), blas.claim_as(claims, 6, 1)]   # none left
+    assert taken == [0, 3, 4, 5, 2, 1, 6, 6]
+
+
+@numba.njit(parallel=True)
+def _claim_everything(parts, total, jobs):
+    """Per block the number of times it was taken, jobs of threads claiming at once."""
+    claims = np.zeros(parts, np.int64)
+    taken = np.zeros((jobs, total), np.int64)
+    for job in numba.prange(jobs):
+        j = blas.claim(claims, total)
+        while j < total:
+            taken[job, j] += 1
+            j = blas.claim(claims, total)
+    return taken.sum(axis=0)
+
+
+@pytest.mark.parametrize("parts, total, jobs", [(2, 4, 2), (2, 1000, 2), (3, 7, 5),
+                                                (1, 50, 3), (4, 2, 4)])
+def test_threads_claiming_at_once_take_every_block_once(parts, total, jobs):
+    np.testing.assert_array_equal(_claim_everything(parts, total, jobs), np.ones(total))

@@ -16,12 +16,16 @@ column buffer that only it uses (by numba's thread id), so its columns stay in i
   unfolds the whole image into that thread's part, its later blocks reuse it. Blocks of rows
   are chosen where the image is the smaller operand, so unfolding it twice costs little.
 
+Blocks go to threads by ``blas.claim``: each thread takes its own part of the blocks first,
+so from one pass to the next a thread computes the same blocks, and layer after layer cut
+alike, it reads what its own core wrote.
+
 1x1 windows with stride 1 and no padding are not unfolded: the image is its column matrix.
 """
 import numpy as np
 from numba import njit, prange, uintp
 
-from pycaffe_cli.blas import product, split, take_next, thread_part
+from pycaffe_cli.blas import claim, product, split, thread_part
 from pycaffe_cli.layers.kernels.cpu.im2col import im2col_span, window_ranges
 from pycaffe_cli.layers.kernels.cpu.layout import rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
@@ -75,8 +79,8 @@ def _bias_span(out, first_row, rows, first, cols, positions, bias, has_bias, slo
 @njit(cache=True, nogil=True)
 def _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
                 stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias, slope,
-                has_relu, col, out, cut, h_ranges, w_ranges, counter, unfolded):
-    """Take blocks from ``counter`` until none is left, on the calling thread (see the
+                has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded):
+    """Take blocks (``blas.claim``) until none is left, on the calling thread (see the
     module docstring); ``cut`` is ``_cut``'s."""
     out_h, out_w, block_m, block_n, per_thread = cut
     positions, depth = out_h * out_w, channels * kernel_h * kernel_w
@@ -85,7 +89,7 @@ def _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, s
     total = -(-out_channels // block_m) * across
     own, thread = thread_part(col, per_thread)
     have_all = per_thread == 0 or (thread >= 0 and unfolded[thread])
-    j = take_next(counter)
+    j = claim(claims, total)
     while j < total:
         row0, first = (j // across) * block_m, (j % across) * block_n
         rows = min(block_m, out_channels - row0)
@@ -104,7 +108,7 @@ def _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, s
         product(rows, cols, depth, weights.ctypes.data + row0 * depth * 4, depth, b_at, lead,
                 out.ctypes.data + (row0 * positions + first) * 4, positions)
         _bias_span(out, row0, rows, first, cols, positions, bias, has_bias, slope, has_relu)
-        j = take_next(counter)
+        j = claim(claims, total)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -122,15 +126,15 @@ def forward(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, strid
                                        stride_h, stride_w, dilation_h, dilation_w, out_h,
                                        out_w)
     blocks = -(-out_channels // block_m) * -(-(out_h * out_w) // block_n)
-    counter = np.zeros(1, np.int64)
+    claims = np.zeros(min(workers, blocks), np.int64)  # one part a thread (blas.claim)
     # Whether each thread's part of ``col`` holds the whole image's columns (blocks of rows).
     unfolded = np.zeros(col.size // per_thread if per_thread else 0, np.bool_)
     if blocks == 1:
         _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
                     stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias,
-                    slope, has_relu, col, out, cut, h_ranges, w_ranges, counter, unfolded)
+                    slope, has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded)
         return
     for _ in prange(min(workers, blocks)):
         _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
                     stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias,
-                    slope, has_relu, col, out, cut, h_ranges, w_ranges, counter, unfolded)
+                    slope, has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded)

@@ -15,11 +15,13 @@ products together as one (M_out x tiles x 36 C):
   transforms the whole image into that thread's V, its later blocks reuse it; each
   multiplies and transforms back its own channels. Blocks of channels are chosen where the
   tiles are fewer than the output channels, so transforming the input twice costs little.
+
+Blocks go to threads as in conv_image.py (``blas.claim``: each thread's own part first).
 """
 import numpy as np
 from numba import njit, prange
 
-from pycaffe_cli.blas import product, split, take_next, thread_part
+from pycaffe_cli.blas import claim, product, split, thread_part
 from pycaffe_cli.layers.kernels.cpu.winograd import POINTS, input_tiles, output_tiles, \
     tile_counts
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
@@ -50,8 +52,8 @@ def scratch_sizes(channels, height, width, pad_h, pad_w, out_channels, workers):
 
 @njit(cache=True, nogil=True)
 def _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, has_bias,
-                slope, has_relu, out, v, m, cut, counter, transformed):
-    """Take blocks from ``counter`` until none is left, on the calling thread (see the
+                slope, has_relu, out, v, m, cut, claims, transformed):
+    """Take blocks (``blas.claim``) until none is left, on the calling thread (see the
     module docstring); ``cut`` is ``_cut``'s."""
     out_h, out_w, block_m, block_n, v_size, m_size = cut
     tiles_h, tiles_w = tile_counts(out_h, out_w)
@@ -62,7 +64,7 @@ def _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias
     own_v, thread = thread_part(v, v_size)
     own_m, _ = thread_part(m, m_size)
     have_all = thread >= 0 and transformed[thread]
-    j = take_next(counter)
+    j = claim(claims, total)
     while j < total:
         row0, first = (j // across) * block_m, (j % across) * block_n
         rows, count = min(block_m, out_channels - row0), min(block_n, tiles - first)
@@ -81,7 +83,7 @@ def _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias
         output_tiles(own_m, rows, out_h, out_w, tiles_h, tiles_w, first, count,
                      bias[row0:] if has_bias else bias, has_bias, slope, has_relu,
                      out[row0 * plane:])
-        j = take_next(counter)
+        j = claim(claims, total)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -95,13 +97,13 @@ def forward(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, ha
     out_h, out_w, block_m, block_n, v_size, m_size = cut
     tiles_h, tiles_w = tile_counts(out_h, out_w)
     blocks = -(-out_channels // block_m) * -(-(tiles_h * tiles_w) // block_n)
-    counter = np.zeros(1, np.int64)
+    claims = np.zeros(min(workers, blocks), np.int64)  # one part a thread (blas.claim)
     # Whether each thread's V holds every tile (blocks of channels).
     transformed = np.zeros(v.size // v_size, np.bool_)
     if blocks == 1:
         _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, has_bias,
-                    slope, has_relu, out, v, m, cut, counter, transformed)
+                    slope, has_relu, out, v, m, cut, claims, transformed)
         return
     for _ in prange(min(workers, blocks)):
         _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, has_bias,
-                    slope, has_relu, out, v, m, cut, counter, transformed)
+                    slope, has_relu, out, v, m, cut, claims, transformed)
