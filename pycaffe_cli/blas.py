@@ -157,7 +157,8 @@ def claim(claims, total):
     part t numba thread t's: a thread takes its own part's blocks from the front, then the
     other parts' from the back. So a kernel run again gives each thread mostly the blocks it
     had before, whose data its core still holds; a thread held up by another process leaves
-    its blocks to the others."""
+    its blocks to the others. numba links ``get_thread_id`` once its pool has started:
+    callers ask for ``numba.get_num_threads()`` (which starts it) before compiling this."""
     return claim_as(claims, total, numba.get_thread_id())
 
 

@@ -66,6 +66,15 @@ def pytest_runtest_setup(item):
         skip_without_cuda()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def numba_pool_started():
+    """numba's thread pool running, as every layer has it before it calls a kernel (it asks
+    for the thread count): kernels that claim blocks by thread id (pycaffe_cli/blas.py's
+    ``claim``) link numba's ``get_thread_id`` only once the pool has started."""
+    import numba
+    numba.get_num_threads()
+
+
 @pytest.fixture(autouse=True)
 def plans_reuse_buffers(monkeypatch):
     """Inference plans reuse blob buffers as on a CPU whose cache holds none of them,
