@@ -24,7 +24,7 @@ from pycaffe_cli.cuda import math as gpu_math
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.inference_hooks import InferenceHooks
+from pycaffe_cli.layers.inference_hooks import ReluFusingHooks
 from pycaffe_cli.layers.kernels.cpu import eltwise as kernels
 from pycaffe_cli.proto import caffe_pb2
 
@@ -33,20 +33,13 @@ PROD = caffe_pb2.EltwiseParameter.PROD
 MAX = caffe_pb2.EltwiseParameter.MAX
 
 
-class EltwiseInferenceHooks(InferenceHooks):
+class EltwiseInferenceHooks(ReluFusingHooks):
     """The forward-only pass on the CPU keeps no MAX index (only backward reads it), and
     applies the ReLU the plan fuses into the layer (pycaffe_cli/inference/fold.py)."""
 
     def forward_pass(self):
         layer = self.layer
         return layer.forward_gpu if layer._use_gpu("forward") else layer._forward_values_cpu
-
-    def fuse_relu(self, negative_slope):
-        self.layer._fused_relu_slope = negative_slope
-
-    @property
-    def fused_relu_slope(self):
-        return self.layer._fused_relu_slope
 
 
 @register("Eltwise", v1="ELTWISE")

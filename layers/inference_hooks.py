@@ -80,9 +80,9 @@ class InferenceHooks:
 
     def fuse_relu(self, negative_slope):
         """From now on apply ReLU with ``negative_slope`` as the forward-only pass writes its
-        top (a producer: where it adds the bias; CPU mode): the plan fuses a ReLU into the producer of a chain this way, on a layer of its
-        own (pycaffe_cli/inference/fold.py). Producers (Convolution, Deconvolution,
-        InnerProduct) and Eltwise override it and ``fused_relu_slope``."""
+        top (a producer: where it adds the bias; CPU mode): the plan fuses a ReLU into the
+        producer of a chain this way, on a layer of its own (pycaffe_cli/inference/fold.py).
+        ``ReluFusingHooks`` below is what layers that can do it use."""
         raise NotImplementedError(f"{self.layer.type} layers cannot fuse a ReLU")
 
     @property
@@ -95,3 +95,16 @@ class InferenceHooks:
         weights, for the plan's summary line ("ran 2 Convolution layers as Winograd F(4x4,
         3x3)") and its accuracy report; None where it computes what ``forward`` does."""
         return None
+
+
+class ReluFusingHooks(InferenceHooks):
+    """Hooks of a layer the plan can fuse a ReLU into (Convolution, Deconvolution,
+    InnerProduct, Eltwise): the slope lives on the layer, as ``_fused_relu_slope`` (None:
+    no ReLU), which the layer's CPU forward applies where it writes its top."""
+
+    def fuse_relu(self, negative_slope):
+        self.layer._fused_relu_slope = negative_slope
+
+    @property
+    def fused_relu_slope(self):
+        return self.layer._fused_relu_slope

@@ -17,23 +17,11 @@ from pycaffe_cli.blob import Blob
 from pycaffe_cli.cuda.views import first
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.inference_hooks import InferenceHooks
+from pycaffe_cli.layers.inference_hooks import ReluFusingHooks
 from pycaffe_cli import blas
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
 from pycaffe_cli.layers.kernels.cpu.layout import add_channel_bias_relu
 from pycaffe_cli.layers.views import layer_axis
-
-
-class InnerProductInferenceHooks(InferenceHooks):
-    """A producer of the inference plan's chains: it applies the chain's ReLU where it adds
-    the bias, in CPU mode."""
-
-    def fuse_relu(self, negative_slope):
-        self.layer._fused_relu_slope = negative_slope
-
-    @property
-    def fused_relu_slope(self):
-        return self.layer._fused_relu_slope
 
 
 @register("InnerProduct", v1="INNER_PRODUCT")
@@ -42,9 +30,9 @@ class InnerProductLayer(Layer):
 
     exact_num_bottom = 1
     exact_num_top = 1
-    inference_hooks = InnerProductInferenceHooks
+    inference_hooks = ReluFusingHooks  # the plan's ReLU, applied with the bias
     # ReLU's negative slope to apply with the bias (None: none): the inference plan's, on its
-    # own copies, in CPU mode only (InnerProductInferenceHooks).
+    # own copies, in CPU mode only (ReluFusingHooks).
     _fused_relu_slope = None
 
     def layer_setup(self, bottom, top):

@@ -150,6 +150,12 @@ def _part_bounds(total, parts, part):
     return part * total // parts, (part + 1) * total // parts
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _ends(taken):
+    """(blocks taken from the front, from the back) of a part's claims word."""
+    return taken & _FRONT_MASK, taken >> 32
+
+
 @njit(cache=True, nogil=True)
 def claim(claims, total):
     """The next of ``total`` blocks for the calling thread, or ``total`` when none is left.
@@ -170,16 +176,16 @@ def claim_as(claims, total, thread):
     up, every later attempt finds it so."""
     parts = claims.size
     if thread < parts:
-        taken = _fetch_add(claims, thread, 1)
+        front, back = _ends(_fetch_add(claims, thread, 1))
         start, stop = _part_bounds(total, parts, thread)
-        if (taken & _FRONT_MASK) + (taken >> 32) < stop - start:
-            return start + (taken & _FRONT_MASK)
+        if front + back < stop - start:
+            return start + front
     for step in range(1, parts + 1):
         part = (thread + step) % parts
-        taken = _fetch_add(claims, part, _FROM_BACK)
+        front, back = _ends(_fetch_add(claims, part, _FROM_BACK))
         start, stop = _part_bounds(total, parts, part)
-        if (taken & _FRONT_MASK) + (taken >> 32) < stop - start:
-            return stop - 1 - (taken >> 32)
+        if front + back < stop - start:
+            return stop - 1 - back
     return total
 
 

@@ -42,7 +42,7 @@ from pycaffe_cli.layers.convolution import plan as rules
 from pycaffe_cli.layers.convolution.backend import CpuConvBackend, GemmDims, GpuConvBackend
 from pycaffe_cli.layers.convolution.columns import ColumnGeometry
 from pycaffe_cli.layers.convolution.plan import Plan
-from pycaffe_cli.layers.inference_hooks import InferenceHooks
+from pycaffe_cli.layers.inference_hooks import ReluFusingHooks
 from pycaffe_cli.layers.kernels.geometry import conv_geometry
 from pycaffe_cli.layers.views import layer_axis
 from pycaffe_cli.synced_memory import data_stamps
@@ -54,7 +54,7 @@ def _drop_leading_ones(shape):
     return tuple(shape)[next((i for i, size in enumerate(shape) if size != 1), len(shape)):]
 
 
-class ConvolutionInferenceHooks(InferenceHooks):
+class ConvolutionInferenceHooks(ReluFusingHooks):
     """The family's inference hooks (see InferenceHooks): the plan's convolutions share one
     column buffer, and a producer of a chain applies the chain's ReLU where it adds the bias
     (the CPU backend only)."""
@@ -68,13 +68,6 @@ class ConvolutionInferenceHooks(InferenceHooks):
         if donor._gpu_backend is None:
             donor._gpu_backend = GpuConvBackend() if backend.mode() is backend.Mode.GPU else None
         layer._gpu_backend = donor._gpu_backend
-
-    def fuse_relu(self, negative_slope):
-        self.layer._fused_relu_slope = negative_slope
-
-    @property
-    def fused_relu_slope(self):
-        return self.layer._fused_relu_slope
 
 
 class BaseConvolutionLayer(Layer):

@@ -134,7 +134,7 @@ def forward(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, strid
                     stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias,
                     slope, has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded)
         return
-    for _ in prange(min(workers, blocks)):
+    for _ in prange(claims.size):
         _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
                     stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias,
                     slope, has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded)

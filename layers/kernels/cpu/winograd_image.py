@@ -104,6 +104,6 @@ def forward(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, ha
         _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, has_bias,
                     slope, has_relu, out, v, m, cut, claims, transformed)
         return
-    for _ in prange(min(workers, blocks)):
+    for _ in prange(claims.size):
         _run_blocks(im, channels, height, width, pad_h, pad_w, u, out_channels, bias, has_bias,
                     slope, has_relu, out, v, m, cut, claims, transformed)
