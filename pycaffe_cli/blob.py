@@ -172,12 +172,12 @@ class Blob:
     @property
     def cpu_data(self):
         """Read-only host view of data; the device copy stays valid (Caffe's cpu_data)."""
-        return _read_only(self._data_mem.host()[:self._count].reshape(self._shape))
+        return read_only(self._data_mem.host()[:self._count].reshape(self._shape))
 
     @property
     def cpu_diff(self):
         """Read-only host view of diff (Caffe's cpu_diff)."""
-        return _read_only(self._diff_mem.host()[:self._count].reshape(self._shape))
+        return read_only(self._diff_mem.host()[:self._count].reshape(self._shape))
 
     @property
     def gpu_data(self):
@@ -337,7 +337,11 @@ class Blob:
         return f"Blob({self.shape_string()})"
 
 
-def _read_only(view):
+def read_only(array):
+    """A read-only view of ``array``, as ``Blob.cpu_data`` gives. numba compiles a kernel
+    once for each kind of array it is called with, read-only and writable being two kinds:
+    inputs that come as blob views elsewhere are passed read-only everywhere."""
+    view = array.view()
     view.flags.writeable = False
     return view
 
@@ -361,4 +365,3 @@ def proto_shape(proto):
     if proto_has_legacy_shape(proto):
         return tuple(legacy_dims(proto))
     return tuple(proto.shape.dim)
-

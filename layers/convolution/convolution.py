@@ -150,7 +150,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def _bias_and_relu(self):
         """(bias or a placeholder, whether there is one, the fused ReLU's slope or None)."""
         if not self.bias_term:
-            return np.zeros(1, np.float32), False, None
+            return winograd.NO_BIAS, False, None
         return self.blobs[1].cpu_data, True, self._fused_relu_slope
 
     def _winograd_weights(self):

@@ -10,6 +10,8 @@ import functools
 import numpy as np
 from numba import njit
 
+from pycaffe_cli.blob import read_only
+
 _COEF_SCALE = 2048  # OpenCV's INTER_RESIZE_COEF_SCALE (11 fractional bits)
 
 
@@ -57,7 +59,8 @@ def resize_linear(pixels, height, width):
     if (src_h, src_w) == (height, width):
         return pixels
     out = np.empty((channels, height, width), np.uint8)
-    _resize_planes(np.ascontiguousarray(pixels), *_tables(src_h, src_w, height, width), out)
+    _resize_planes(read_only(np.ascontiguousarray(pixels)), *_tables(src_h, src_w, height, width),
+                   out)
     return out
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from numba import njit, prange
 
+from pycaffe_cli.blob import read_only
 from pycaffe_cli.data.image import decode_image
 from pycaffe_cli.errors import CaffeError, layer_error
 from pycaffe_cli.io.blob_proto import blob_proto_to_array
@@ -200,12 +201,14 @@ class DataTransformer:
         return out
 
     def _mean_operand(self, channels):
+        """(kind, read-only float32 array) for the batch kernel (read-only in every case,
+        so numba compiles it once)."""
         if self.mean_image is not None:
-            return _MEAN_IMAGE, self.mean_image
+            return _MEAN_IMAGE, read_only(self.mean_image)
         if len(self.mean_values):
             values = np.broadcast_to(self.mean_values, (channels,))
-            return _MEAN_VALUES, np.ascontiguousarray(values).reshape(channels, 1, 1)
-        return _NO_MEAN, np.zeros((1, 1, 1), np.float32)
+            return _MEAN_VALUES, read_only(np.ascontiguousarray(values).reshape(channels, 1, 1))
+        return _NO_MEAN, read_only(np.zeros((1, 1, 1), np.float32))
 
 
 def parse_datum(value):

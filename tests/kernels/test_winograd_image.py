@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli import blas
+from pycaffe_cli.blob import read_only
 from pycaffe_cli.layers.kernels.cpu import winograd, winograd_image
 from tests.layers.test_winograd_convolution import reference
 from tests.layers.winograd_reference import winograd_bound
@@ -44,7 +45,7 @@ def test_blocks_give_the_convolution(name, workers, with_bias, slope):
                   np.float32)
     winograd_image.forward(x.ravel(), channels, height, width, pad, pad,
                            winograd.transform_weights(weights), out_channels,
-                           np.zeros(1, np.float32) if bias is None else bias, with_bias,
+                           winograd.NO_BIAS if bias is None else read_only(bias), with_bias,
                            np.float32(slope or 0), slope is not None, out.ravel(), v, m,
                            workers)
     assert_within(out, reference(x, weights, bias, pad, slope)[0],

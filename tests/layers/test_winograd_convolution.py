@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pycaffe_cli import backend
+from pycaffe_cli.blob import read_only
 from pycaffe_cli.layers.convolution.plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
     WINOGRAD_MIN_TILES, winograd_fits
 from pycaffe_cli.layers.kernels.cpu import conv_image, winograd, winograd_error, winograd_image
@@ -46,7 +47,8 @@ def run_kernel(x, weights, bias, pad, relu_slope, block):
     v = np.empty(winograd.POINTS * channels * block, np.float32)
     m = np.empty(winograd.POINTS * out_channels * block, np.float32)
     winograd.forward(x.ravel(), num, channels, height, width, pad, pad,
-                     winograd.transform_weights(weights), out_channels, bias, relu_slope,
+                     winograd.transform_weights(weights), out_channels,
+                     None if bias is None else read_only(bias), relu_slope,
                      out.ravel(), v, m, block)
     return out
 

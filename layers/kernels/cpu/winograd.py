@@ -28,6 +28,7 @@ import numpy as np
 from numba import float32, njit, prange, uintp
 
 from pycaffe_cli.blas import matmul
+from pycaffe_cli.blob import read_only
 from pycaffe_cli.layers.kernels.cpu.layout import rectify as _rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
@@ -43,6 +44,8 @@ PARALLEL_MIN_JOBS = 6144
 # transform waits on them; several channels side by side read and write longer runs
 # (docs/kernel-choices.md, "Winograd's transforms").
 BLOCK_PAIRS = 128
+# Stands in for a missing bias: read-only, like the blob's view where there is one.
+NO_BIAS = read_only(np.zeros(1, np.float32))
 
 # Interpolation points 0, 1, -1, 1/2, -2 and infinity (last row/column of each matrix).
 _G = np.array([[1, 0, 0],
@@ -297,7 +300,7 @@ def _scatter_tiles(tiles, at, step, count, starts, heights, widths, plane_at, ou
                                                                     + t)]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True)
 def _output_block(m, o0, channels, out_channels, plane, out_w, count, starts, heights, widths,
                   bias, has_bias, slope, has_relu, out):
     """Output channels [o0, o0 + channels) of the ``count`` tiles that ``_tile_corners``
@@ -380,7 +383,7 @@ def forward(im, num, channels, height, width, pad_h, pad_w, u, out_channels, bia
     tiles_h, tiles_w = tile_counts(out_h, out_w)
     total = num * tiles_h * tiles_w
     has_bias, has_relu = bias is not None, relu_slope is not None
-    bias = bias if has_bias else np.zeros(1, np.float32)
+    bias = bias if has_bias else NO_BIAS
     slope = np.float32(relu_slope if has_relu else 0)
     for first in range(0, total, block):
         count = min(block, total - first)
