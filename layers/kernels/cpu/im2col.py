@@ -253,18 +253,19 @@ def col2im_batch(col, num, channels, height, width, kernel_h, kernel_w, pad_h, p
                           image_stride, h_ranges, w_ranges, (job % a) * b + (job // a) * d)
 
 
-@njit(cache=True, nogil=True)
 def im2col(data, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
            stride_w, dilation_h, dilation_w, col):
-    """Caffe's im2col_cpu for one image: col (channels kernel_h kernel_w, out_h out_w)."""
+    """Caffe's im2col_cpu for one image: col (channels kernel_h kernel_w, out_h out_w).
+    Called from Python, so im2col_batch compiles for the layers' argument types only (a
+    jitted caller would pass 1 and True as literals, a second compile of the batch kernel)."""
     im2col_batch(data, 1, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                  stride_h, stride_w, dilation_h, dilation_w, col, True)
 
 
-@njit(cache=True, nogil=True)
 def col2im(col, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
            stride_w, dilation_h, dilation_w, data):
-    """Caffe's col2im_cpu for one image (``data`` is overwritten with the folded sums)."""
+    """Caffe's col2im_cpu for one image (``data`` is overwritten with the folded sums), from
+    Python as ``im2col``."""
     col2im_batch(col, 1, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                  stride_h, stride_w, dilation_h, dilation_w, data, True)
 
