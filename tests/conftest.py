@@ -77,11 +77,11 @@ def numba_pool_started():
 
 @pytest.fixture(autouse=True)
 def plans_reuse_buffers(monkeypatch):
-    """Inference plans reuse blob buffers as on a CPU whose cache holds none of them,
-    whatever this machine's cache: tests that count buffers see the same plan everywhere
-    (tests of that choice set the cache size they need)."""
+    """Inference plans reuse blob buffers as on a machine whose memory is too small for
+    buffers of their own, whatever this machine's memory: tests that count buffers see the
+    same plan everywhere (tests of that choice set the limit they need)."""
     from pycaffe_cli.inference import memory
-    monkeypatch.setattr(memory, "cache_bytes", lambda: 0)
+    monkeypatch.setattr(memory, "own_buffers_limit", lambda: 0)
 
 
 @pytest.fixture(params=["cpu", "gpu"])

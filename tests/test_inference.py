@@ -447,18 +447,17 @@ def own_buffer_bytes(plan):
 
 
 @pytest.mark.parametrize("room", [0, -1])
-def test_buffers_are_reused_only_where_their_own_would_not_fit_in_the_cache(room,
-                                                                            monkeypatch):
-    """Each class gets a buffer of its own where all of them fit in the CPU's last-level
-    cache (a reused buffer's lines move between the cores), else they share; the outputs are
-    the plain net's either way."""
+def test_buffers_are_reused_only_where_their_own_would_pass_the_limit(room, monkeypatch):
+    """Each class gets a buffer of its own while all of them take at most the limit (a
+    reused buffer's lines move between the cores), else they share; the outputs are the
+    plain net's either way."""
     from pycaffe_cli.inference import memory
     net = build(CHAIN)
     fill_randomly(net, np.random.default_rng(6))
     plain = copy_net(net, CHAIN)
     plain.forward()
     size = own_buffer_bytes(InferencePlan(copy_net(net, CHAIN)))
-    monkeypatch.setattr(memory, "cache_bytes", lambda: size + room)
+    monkeypatch.setattr(memory, "own_buffers_limit", lambda: size + room)
     plan = InferencePlan(net)
     plan.forward()
     np.testing.assert_array_equal(net.blob_by_name("out").data, plain.blob_by_name("out").data)
@@ -466,25 +465,23 @@ def test_buffers_are_reused_only_where_their_own_would_not_fit_in_the_cache(room
     assert classes == 3  # c, h1, h2; the output keeps its own memory
     if room == 0:
         assert not plan.memory.reused and plan.memory.buffer_count == classes
-        assert "3 blobs in 3 buffers, none reused (they fit in the CPU's cache" in plan.summary()
+        assert (f"3 blobs in 3 buffers, none reused (reused only above {size / 2**20:.0f} MB;"
+                in plan.summary())
     else:
         assert plan.memory.reused and plan.memory.buffer_count == 2  # h2 takes c's buffer
         assert "3 blobs share 2 buffers" in plan.summary()
 
 
-def test_the_gpu_reuses_buffers_whatever_the_cache(gpu_mode, monkeypatch):
+def test_the_gpu_reuses_buffers_whatever_the_limit(gpu_mode, monkeypatch):
     from pycaffe_cli.inference import memory
-    monkeypatch.setattr(memory, "cache_bytes", lambda: 1 << 40)
+    monkeypatch.setattr(memory, "own_buffers_limit", lambda: 1 << 40)
     plan = InferencePlan(build(CHAIN))
     assert plan.memory.reused and plan.memory.buffer_count == 2
 
 
-def test_the_cache_size_is_the_last_level_linux_lists(tmp_path):
-    from pycaffe_cli.inference.memory import last_level_cache
-    for name, level, size in (("index0", 1, "48K"), ("index2", 2, "1024K"),
-                              ("index3", 3, "32768K"), ("index9", "x", "1G")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "level").write_text(f"{level}\n")
-        (tmp_path / name / "size").write_text(f"{size}\n")
-    assert last_level_cache(str(tmp_path)) == 32 << 20   # index9's level is unreadable
-    assert last_level_cache(str(tmp_path / "missing")) == 0
+@pytest.mark.parametrize("machine, limit", [(16 << 30, 1 << 30), (None, 0)])
+def test_own_buffers_take_a_sixteenth_of_memory(machine, limit, monkeypatch):
+    from pycaffe_cli.inference import memory
+    monkeypatch.undo()  # conftest's plans_reuse_buffers
+    monkeypatch.setattr(memory, "physical_memory", lambda: machine)
+    assert memory.own_buffers_limit() == limit

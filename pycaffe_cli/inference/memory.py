@@ -16,13 +16,14 @@ intervals are those of the net's own layer order too (a chain's step covers its 
 positions), so the plain ``Net.forward`` still computes the right outputs after the plan
 moved the blobs; blobs the chains skip get fresh, unallocated memory of their own.
 
-Reuse only what leaves the cache anyway: in CPU mode, where every class's buffer of its own
-would fit in the CPU's last-level cache together (``cache_bytes``), each class gets one and
-no buffer is reused. A reused buffer is written by another layer, split between the threads
-another way, so most of its lines were written last on the other core and move across before
-each write; where moving between cores is slow, that cost GoogLeNet at batch 1 (21.4 MB of
-buffers of their own) 4 ms of a 31 ms pass (docs/benchmarks.md, "Two states of this
-machine"). Larger nets, and the GPU, reuse: there memory is what the sharing is for.
+Reuse only where memory asks for it: in CPU mode each class gets a buffer of its own, as
+every blob has in Caffe, unless together they would take more than OWN_BUFFERS_SHARE of the
+memory the process may use (``own_buffers_limit``). A reused buffer is written by another
+layer, split between the threads another way, so most of its lines were written last on the
+other core and move across before each write; where moving between cores is slow that cost
+GoogLeNet at batch 1 4 ms of a 31 ms pass, ResNet-50 6 ms of 60 and MobileNet v2 3 ms of 19,
+while with fast moves buffers of their own cost at most 4% (docs/benchmarks.md, "Two states
+of this machine"). The GPU reuses whatever the size: there memory is what the sharing is for.
 
 Concat without a copy: where a Concat's top holds its bottoms one after the other (nothing
 before the concat axis but a batch of one, e.g. GoogLeNet's and SqueezeNet's at batch 1), in
@@ -32,12 +33,13 @@ bottoms then join the top's class. Only bottoms that could move anyway, that no 
 touches, that share memory with no other blob and that are no other such Concat's top or
 bottom get views, all of a Concat's bottoms or none (the top may be shared: a Split after).
 """
-import functools
-import os
-
 from pycaffe_cli import backend
-from pycaffe_cli.sizes import FLOAT_BYTES
+from pycaffe_cli.sizes import FLOAT_BYTES, physical_memory
 from pycaffe_cli.synced_memory import SyncedMemory, SyncedMemoryView
+
+# In CPU mode blobs keep buffers of their own while together they take at most this share
+# of the memory the process may use (see the module docstring).
+OWN_BUFFERS_SHARE = 1 / 16
 
 
 class MemoryPlan:
@@ -58,6 +60,7 @@ class MemoryPlan:
         self.buffer_count = 0
         self.after_bytes = self.before_bytes
         self.reused = True  # whether buffers are reused (see the module docstring)
+        self.own_limit = 0  # bytes of buffers of their own allowed (own_buffers_limit)
 
     @property
     def moved(self):
@@ -75,7 +78,8 @@ class MemoryPlan:
         self.classes = _classes(self.net, self.lives, self.movable, self.aliases,
                                 {b: top for _, top, bottoms in self.joined for b in bottoms})
         needs = [max(blobs[i].count() for i in members) for _, _, members in self.classes]
-        self.reused = not cpu or sum(needs) * FLOAT_BYTES > cache_bytes()
+        self.own_limit = own_buffers_limit() if cpu else 0
+        self.reused = sum(needs) * FLOAT_BYTES > self.own_limit
         buffers = []  # [size, end, [members...]]
         for (start, end, members), need in zip(self.classes, needs):
             free = [b for b in buffers if b[1] < start] if self.reused else []
@@ -111,36 +115,12 @@ class MemoryPlan:
                 blob.use_data_memory(SyncedMemory(blob.count()))
 
 
-@functools.lru_cache(maxsize=None)
-def cache_bytes():
-    """The size of this CPU's last-level cache in bytes; 0 where it cannot be read."""
-    return last_level_cache("/sys/devices/system/cpu/cpu0/cache")
-
-
-def last_level_cache(root):
-    """Bytes of the highest cache level listed under ``root`` (Linux's sysfs layout: index*/
-    level and size), or 0."""
-    found = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return 0
-    for name in names:
-        try:
-            with open(os.path.join(root, name, "level"), encoding="ascii") as stream:
-                level = int(stream.read())
-            with open(os.path.join(root, name, "size"), encoding="ascii") as stream:
-                size = _size_bytes(stream.read().strip())
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue
-        found.append((level, size))
-    return max(found)[1] if found else 0
-
-
-def _size_bytes(text):
-    """Bytes of a sysfs cache size such as "32768K"."""
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-    return int(text[:-1] if scale > 1 else text) * scale
+def own_buffers_limit():
+    """Bytes of blob buffers the plan gives classes of their own in CPU mode:
+    OWN_BUFFERS_SHARE of the memory this process may use (``sizes.physical_memory``); 0
+    where that is unknown."""
+    memory = physical_memory()
+    return int(memory * OWN_BUFFERS_SHARE) if memory else 0
 
 
 def _bytes(net, blob_ids):

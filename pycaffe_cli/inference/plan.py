@@ -256,7 +256,7 @@ class InferencePlan:
             parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers ({sizes})")
         else:
             parts.append(f"{memory.moved} blobs in {memory.buffer_count} buffers, none reused "
-                         f"(they fit in the CPU's cache; {sizes})")
+                         f"(reused only above {memory.own_limit / MIB:.0f} MB; {sizes})")
         return "Inference plan: " + ", ".join(parts)
 
 
