@@ -79,7 +79,7 @@ class MemoryPlan:
                                 {b: top for _, top, bottoms in self.joined for b in bottoms})
         needs = [max(blobs[i].count() for i in members) for _, _, members in self.classes]
         self.own_limit = own_buffers_limit() if cpu else 0
-        self.reused = sum(needs) * FLOAT_BYTES > self.own_limit
+        self.reused = not cpu or sum(needs) * FLOAT_BYTES > self.own_limit
         buffers = []  # [size, end, [members...]]
         for (start, end, members), need in zip(self.classes, needs):
             free = [b for b in buffers if b[1] < start] if self.reused else []
