@@ -21,9 +21,10 @@ every blob has in Caffe, unless together they would take more than OWN_BUFFERS_S
 memory the process may use (``own_buffers_limit``). A reused buffer is written by another
 layer, split between the threads another way, so most of its lines were written last on the
 other core and move across before each write; where moving between cores is slow that cost
-GoogLeNet at batch 1 4 ms of a 31 ms pass, ResNet-50 6 ms of 60 and MobileNet v2 3 ms of 19,
-while with fast moves buffers of their own cost at most 4% (docs/benchmarks.md, "Two states
-of this machine"). The GPU reuses whatever the size: there memory is what the sharing is for.
+GoogLeNet at batch 1 4 ms of a 31 ms pass, ResNet-50 6 ms of 60 and MobileNet v2 2-3 ms of
+17-19, while where moves are fast buffers of their own cost ResNet-50 nothing and MobileNet
+v2 4-8% (docs/kernel-choices.md, "One image's convolutions"). The GPU reuses whatever the
+size: there memory is what the sharing is for.
 
 Concat without a copy: where a Concat's top holds its bottoms one after the other (nothing
 before the concat axis but a batch of one, e.g. GoogLeNet's and SqueezeNet's at batch 1), in
