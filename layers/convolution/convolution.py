@@ -30,6 +30,7 @@ from pycaffe_cli.layers.convolution.base import COL_BUFFER_LIMIT, BaseConvolutio
 from pycaffe_cli.layers.convolution.plan import Plan
 from pycaffe_cli.layers.inference_hooks import SpecialPath
 from pycaffe_cli.layers.kernels.cpu import conv_image, winograd, winograd_error, winograd_image
+from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.synced_memory import data_stamps
 
 WINOGRAD = SpecialPath("winograd", "Winograd F(4x4, 3x3)")
@@ -150,7 +151,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def _bias_and_relu(self):
         """(bias or a placeholder, whether there is one, the fused ReLU's slope or None)."""
         if not self.bias_term:
-            return winograd.NO_BIAS, False, None
+            return NO_BIAS, False, None
         return self.blobs[1].cpu_data, True, self._fused_relu_slope
 
     def _winograd_weights(self):

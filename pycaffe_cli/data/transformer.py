@@ -31,6 +31,7 @@ from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 
 _NO_MEAN, _MEAN_VALUES, _MEAN_IMAGE = 0, 1, 2
+_NO_MEAN_OPERAND = read_only(np.zeros((1, 1, 1), np.float32))  # the kernel reads none
 
 
 class DataTransformer:
@@ -208,7 +209,7 @@ class DataTransformer:
         if len(self.mean_values):
             values = np.broadcast_to(self.mean_values, (channels,))
             return _MEAN_VALUES, read_only(np.ascontiguousarray(values).reshape(channels, 1, 1))
-        return _NO_MEAN, read_only(np.zeros((1, 1, 1), np.float32))
+        return _NO_MEAN, _NO_MEAN_OPERAND
 
 
 def parse_datum(value):

@@ -9,7 +9,7 @@ from pycaffe_cli import blas
 from pycaffe_cli.blob import read_only
 from pycaffe_cli.layers.kernels.cpu import conv_image
 from pycaffe_cli.layers.kernels.cpu import im2col as kernels
-from pycaffe_cli.layers.kernels.cpu import winograd
+from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from tests.kernels.test_im2col_kernels import out_shape, reference_im2col
 from tests.layers.conv_reference import convolve
 from tests.numerics import assert_within, gamma
@@ -45,7 +45,7 @@ def run(x, weight, bias, pad, stride, dilation, slope, workers):
                                               dilation), np.nan, np.float32)
     # read-only weights and bias, as the layer passes its blobs' views (one compile)
     conv_image.forward(x.reshape(-1), *geometry, read_only(weight.reshape(-1)), out_channels,
-                       winograd.NO_BIAS if bias is None else read_only(bias), bias is not None,
+                       NO_BIAS if bias is None else read_only(bias), bias is not None,
                        np.float32(slope or 0), slope is not None, col, out.reshape(-1),
                        workers)
     return out

@@ -6,6 +6,7 @@ import pytest
 from pycaffe_cli import blas
 from pycaffe_cli.blob import read_only
 from pycaffe_cli.layers.kernels.cpu import winograd, winograd_image
+from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from tests.layers.test_winograd_convolution import reference
 from tests.layers.winograd_reference import winograd_bound
 from tests.numerics import assert_within
@@ -45,7 +46,7 @@ def test_blocks_give_the_convolution(name, workers, with_bias, slope):
                   np.float32)
     winograd_image.forward(x.ravel(), channels, height, width, pad, pad,
                            winograd.transform_weights(weights), out_channels,
-                           winograd.NO_BIAS if bias is None else read_only(bias), with_bias,
+                           NO_BIAS if bias is None else read_only(bias), with_bias,
                            np.float32(slope or 0), slope is not None, out.ravel(), v, m,
                            workers)
     assert_within(out, reference(x, weights, bias, pad, slope)[0],

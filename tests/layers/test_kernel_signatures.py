@@ -25,14 +25,18 @@ layer {{ name: "plain" type: "Convolution" bottom: "a" top: "b"
 """
 
 
-def recorded(monkeypatch, module, name):
-    """Wrap ``module.name`` so that each call's argument types are kept: the list returned."""
-    kernel, calls = getattr(module, name), []
-
+def recording(kernel, calls):
+    """``kernel``, appending each call's argument types to ``calls``."""
     def record(*args):
         calls.append(tuple(numba.typeof(arg) for arg in args))
         return kernel(*args)
-    monkeypatch.setattr(module, name, record)
+    return record
+
+
+def recorded(monkeypatch, module, name):
+    """Wrap ``module.name`` (``recording``): the list of its calls' argument types."""
+    calls = []
+    monkeypatch.setattr(module, name, recording(getattr(module, name), calls))
     return calls
 
 
@@ -55,17 +59,8 @@ def test_convolutions_with_and_without_bias_call_one_signature(num, kernel, pad,
 
 def test_the_batch_transform_takes_one_signature_for_every_kind_of_mean(monkeypatch):
     from pycaffe_cli.data import transformer
-    calls = []
-
-    def runner():
-        kernel = original()
-
-        def record(*args):
-            calls.append(tuple(numba.typeof(arg) for arg in args))
-            return kernel(*args)
-        return record
-    original = transformer._transform_runner
-    monkeypatch.setattr(transformer, "_transform_runner", runner)
+    calls, runner = [], transformer._transform_runner
+    monkeypatch.setattr(transformer, "_transform_runner", lambda: recording(runner(), calls))
     src = np.random.default_rng(1).integers(0, 256, (2, 3, 6, 6), dtype=np.uint8)
     for means in ({}, {"mean_value": [1.0, 2.0, 3.0]}, None):
         param = caffe_pb2.TransformationParameter(scale=0.5, **(means or {}))

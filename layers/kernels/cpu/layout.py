@@ -18,13 +18,19 @@ Arrays are flat (1-d) C-contiguous views. Indices are cast to ``uintp``: numba c
 signed index non-negative, and its wraparound check keeps the copy loops from vectorising
 (docs/kernel-choices.md, "Unsigned indices").
 """
+import numpy as np
 from numba import float32, get_num_threads, njit, prange, uintp
+
+from pycaffe_cli.blob import read_only
 
 PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: runs up to this length sum with 8 accumulators
 # Forward moves of fewer values run on one thread: waking numba's threads costs more than one
 # thread takes to stream ~2M values through the cache (docs/kernel-choices.md, "Serial below
 # a size").
 PARALLEL_MIN = 1 << 21
+# Stands in for a missing bias in the kernels that take one: read-only, like the blob's view
+# where there is one, so each kernel compiles once.
+NO_BIAS = read_only(np.zeros(1, np.float32))
 
 
 def prange_parts(jobs):

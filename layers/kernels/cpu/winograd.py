@@ -28,7 +28,7 @@ import numpy as np
 from numba import float32, njit, prange, uintp
 
 from pycaffe_cli.blas import matmul
-from pycaffe_cli.blob import read_only
+from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.layers.kernels.cpu.layout import rectify as _rectify
 from pycaffe_cli.layers.kernels.geometry import conv_out_size
 
@@ -44,8 +44,6 @@ PARALLEL_MIN_JOBS = 6144
 # transform waits on them; several channels side by side read and write longer runs
 # (docs/kernel-choices.md, "Winograd's transforms").
 BLOCK_PAIRS = 128
-# Stands in for a missing bias: read-only, like the blob's view where there is one.
-NO_BIAS = read_only(np.zeros(1, np.float32))
 
 # Interpolation points 0, 1, -1, 1/2, -2 and infinity (last row/column of each matrix).
 _G = np.array([[1, 0, 0],
