@@ -8,22 +8,42 @@ import pytest
 
 from pycaffe_cli.inference.plan import InferencePlan
 from pycaffe_cli.inference.accuracy import LAYER_BOUND, NORMAL, OUTPUT_BOUND, PIXELS, \
-    capture_bottoms, deviation, fill_inputs, measure, random_weights, twin
+    capture_bottoms, compared_blobs, deviation, fill_inputs, measure, random_weights, twin
 from pycaffe_cli.inference.fold import find_chains
 from pycaffe_cli.net.net import Net
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.io.prototxt import read_net_param
+from tests.test_detection_models import SLOW as SLOW_DETECTORS, SSD_MODELS, model_path
 from tests.test_models import DEPLOY, ROOT, small_batch
 
 MODELS = sorted(name for name, path in DEPLOY.items()
                 if os.path.exists(os.path.join(ROOT, "models", name, path)))
+# The SSD detectors (scripts/make_ssd_models.py): compared on their DetectionOutput's inputs.
+DETECTORS = [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_DETECTORS else name
+             for name in sorted(SSD_MODELS)]
 
 
-@pytest.mark.parametrize("name", MODELS)
+def deploy_param(name):
+    if name in SSD_MODELS:
+        return read_net_param(model_path(name))
+    return small_batch(name)
+
+
+@pytest.mark.parametrize("name", MODELS + DETECTORS)
 @pytest.mark.parametrize("inputs", [PIXELS, NORMAL])
 def test_the_plan_stays_within_its_stated_bounds(name, inputs):
-    outputs, layers = measure(small_batch(name), inputs)
+    outputs, layers = measure(deploy_param(name), inputs)
     assert max(outputs.values()) <= OUTPUT_BOUND, outputs
     assert max(layers.values(), default=0.0) <= LAYER_BOUND, layers
+
+
+@pytest.mark.parametrize("name, blobs", [
+    ("googlenet", ["prob", "loss3/classifier"]),
+    # DetectionOutput's inputs, the class scores' Softmax input for its (flattened) output
+    ("ssd_face_res10", ["mbox_loc", "mbox_conf_reshape", "mbox_priorbox"]),
+])
+def test_outputs_are_compared_before_a_softmax_and_a_detection_list(name, blobs):
+    assert compared_blobs(Net(deploy_param(name), caffe_pb2.TEST)) == blobs
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -84,7 +84,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         if not plain_3x3 or backend.mode() is not backend.Mode.CPU:
             return 0
         tiles = self.num * math.prod(winograd.tile_counts(*g.out_shape))
-        if not rules.winograd_fits(self.channels, self.num_output, tiles):
+        if not rules.winograd_fits(self.channels, tiles):
             return 0
         per_tile = winograd.POINTS * (self.channels + self.num_output)
         return max(1, min(tiles, COL_BUFFER_LIMIT // per_tile))

@@ -17,13 +17,12 @@ DIRECT_MAX_OUT = 8
 DIRECT_MAX_DEPTH = 32
 DIRECT_MAX_ROWS = 32
 DIRECT_MIN_BATCH = 16
-# The inference pass's Winograd F(4x4, 3x3): the fewest output tiles in the batch, input and
-# output channels (see winograd_fits). Below 32 input channels its error bound is near 16
-# times the GEMM's even for plain random filters (kernels/cpu/winograd_error.py) and the
-# time it saves small (docs/kernel-choices.md, "Winograd").
+# The inference pass's Winograd F(4x4, 3x3): the fewest output tiles in the batch and input
+# channels (see winograd_fits). Below 32 input channels its error bound is near 16 times the
+# GEMM's even for plain random filters (kernels/cpu/winograd_error.py) and the time it saves
+# small (docs/kernel-choices.md, "Winograd").
 WINOGRAD_MIN_TILES = 16
 WINOGRAD_MIN_IN = 32
-WINOGRAD_MIN_OUT = 32
 
 
 class Plan(enum.Enum):
@@ -61,12 +60,14 @@ def choose_plan(use_2d, group, in_per_group, out_per_group, taps=1, num=1):
     return Plan.GEMM
 
 
-def winograd_fits(channels, out_channels, tiles):
-    """Whether the inference plan runs a 3x3, stride-1, one-group convolution as Winograd
-    F(4x4, 3x3) (kernels/cpu/winograd.py): ``tiles`` 4x4 output tiles in the batch.
+def winograd_fits(channels, tiles):
+    """Whether the inference plan runs a 3x3, stride-1, one-group convolution of ``channels``
+    input channels as Winograd F(4x4, 3x3) (kernels/cpu/winograd.py): ``tiles`` 4x4 output
+    tiles in the batch.
 
     Its 36 GEMMs are (out_channels x channels) @ (channels x tiles): with few tiles, or few
-    channels, they run far below BLAS's rate, and the transforms cost as much as the GEMMs
-    save. The measurements: see docs/kernel-choices.md, "Winograd"."""
-    return tiles >= WINOGRAD_MIN_TILES and channels >= WINOGRAD_MIN_IN \
-        and out_channels >= WINOGRAD_MIN_OUT
+    input channels, the transforms cost as much as the GEMMs save. Any number of output
+    channels gains, one to hundreds: with few (SSD's box and class heads, 8 to 24), the GEMM
+    plan still unfolds nine columns an input value for a product of a few rows. The
+    measurements: see docs/kernel-choices.md, "Winograd"."""
+    return tiles >= WINOGRAD_MIN_TILES and channels >= WINOGRAD_MIN_IN

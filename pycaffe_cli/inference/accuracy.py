@@ -2,7 +2,8 @@
 
 The metric, for a blob: ``deviation = max |plan - plain| / max |plain|``, both float32
 results of the same net, weights and input. It is reported for each output blob (and the
-input of a final Softmax, whose saturated outputs would hide differences), and for each layer
+input of a final Softmax, whose saturated outputs would hide differences; a detector's
+DetectionOutput inputs in place of its detections), and for each layer
 the plan changes, given the very input the plain layer read: each fold (a producer with the
 BatchNorm / Scale / Bias layers after it) and each Winograd layer.
 
@@ -73,13 +74,44 @@ def random_weights(net, rng):
         entry.layer.forward(entry.bottoms, entry.tops)
 
 
+# Layers that only rearrange values: a Softmax's output carried through them is still its.
+_REARRANGING = ("Flatten", "Reshape")
+
+
 def compared_blobs(net):
-    """The output blobs, and the bottom of each Softmax whose top is an output."""
-    names = [net.blob_names[i] for i in net.output_blob_indices]
-    for entry in net.layer_entries:
-        if entry.layer.type == "Softmax" and net.blob_names[entry.top_ids[0]] in names:
+    """The output blobs, and the bottom of each Softmax whose top is an output (saturated
+    probabilities would hide differences). For a DetectionOutput's output, its bottoms
+    instead (a detection list is sorted by score: near-equal scores may swap rows), each
+    made by a Softmax (through Flatten or Reshape) replaced by that Softmax's input: with
+    random weights and raw pixels VGG-SSD300's logits reach 1,400, where a relative
+    difference of 2e-6 moves a score by 4e-4 (docs/benchmarks.md, "Inference plan
+    accuracy")."""
+    producers = {net.blob_names[entry.top_ids[0]]: entry
+                 for entry in net.layer_entries if entry.top_ids}
+    names = []
+    for index in net.output_blob_indices:
+        name = net.blob_names[index]
+        entry = producers.get(name)
+        kind = entry.layer.type if entry is not None else None
+        if kind == "DetectionOutput":
+            names += [_before_softmax(net, producers, net.blob_names[i])
+                      for i in entry.bottom_ids]
+            continue
+        names.append(name)
+        if kind == "Softmax":
             names.append(net.blob_names[entry.bottom_ids[0]])
-    return names
+    return list(dict.fromkeys(names))
+
+
+def _before_softmax(net, producers, name):
+    """The input of the Softmax that made blob ``name`` (through Flatten or Reshape after
+    it); ``name`` itself where no Softmax did."""
+    entry = producers.get(name)
+    while entry is not None and entry.layer.type in _REARRANGING:
+        entry = producers.get(net.blob_names[entry.bottom_ids[0]])
+    if entry is not None and entry.layer.type == "Softmax":
+        return net.blob_names[entry.bottom_ids[0]]
+    return name
 
 
 def twin(net, param):

@@ -7,8 +7,8 @@ import pytest
 
 from pycaffe_cli import backend
 from pycaffe_cli.blob import read_only
-from pycaffe_cli.layers.convolution.plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, \
-    WINOGRAD_MIN_TILES, winograd_fits
+from pycaffe_cli.layers.convolution.plan import WINOGRAD_MIN_IN, WINOGRAD_MIN_TILES, \
+    winograd_fits
 from pycaffe_cli.layers.kernels.cpu import conv_image, winograd, winograd_error, winograd_image
 from tests.layer_helpers import set_up
 from tests.layers.conv_helpers import forced_winograd
@@ -151,6 +151,7 @@ def conv_layer(shape, params, seed=0):
 
 
 WINOGRAD_SHAPE = (2, WINOGRAD_MIN_IN, 16, 16)  # 2 images x 16 tiles
+OUT_CHANNELS = 32
 
 
 def inference_against_forward(layer, bottom, top):
@@ -169,7 +170,7 @@ def both_ways_bound(layer, bottom, pad=1):
 
 
 def test_inference_pass_runs_winograd_close_to_the_gemm_plan():
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} "
                                                     "kernel_size: 3 pad: 1")
     assert layer.winograd_block == 32 and layer.inference().runs_winograd()
     got, want = inference_against_forward(layer, bottom, top)
@@ -177,11 +178,24 @@ def test_inference_pass_runs_winograd_close_to_the_gemm_plan():
     assert_within(got, want, both_ways_bound(layer, bottom), "Winograd against GEMM")
 
 
+@pytest.mark.parametrize("num", [1, 2])
+@pytest.mark.parametrize("out_channels", [1, 8, 12])
+def test_few_output_channels_run_winograd(num, out_channels):
+    """SSD's box and class heads (a few outputs from many channels) take Winograd at batch 1
+    (winograd_image's blocks) and above (winograd.forward), within both ways' bounds."""
+    layer, bottom, top = conv_layer((num,) + WINOGRAD_SHAPE[1:],
+                                    f"num_output: {out_channels} kernel_size: 3 pad: 1")
+    assert layer.winograd_block and layer.inference().runs_winograd()
+    got, want = inference_against_forward(layer, bottom, top)
+    assert not np.array_equal(got, want)
+    assert_within(got, want, both_ways_bound(layer, bottom), "Winograd against GEMM")
+
+
 def test_weights_whose_bound_is_too_high_run_the_gemm_plan():
     """Filters of one corner tap (shifted copies of the input) amplify most through
     Winograd's transforms: their error bound is above MAX_BOUND_RATIO times the GEMM's, so
     the layer keeps the GEMM plan, to the bit the plain forward; until the weights change."""
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} "
                                                     "kernel_size: 3 pad: 1")
     corner = np.zeros((3, 3), np.float32)
     corner[0, 2] = 1
@@ -197,7 +211,7 @@ def test_weights_whose_bound_is_too_high_run_the_gemm_plan():
 
 
 def test_fused_relu_and_a_forced_gemm_plan():
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} "
                                                     "kernel_size: 3 pad: 1")
     layer.forward(bottom, top)
     want = np.maximum(top[0].data, 0)
@@ -221,7 +235,7 @@ def test_one_image_runs_in_blocks_of_its_own(params, pad, kernels, monkeypatch):
     """At batch 1 the inference pass runs winograd_image's or conv_image's blocks, and gives
     the plain forward's outputs within both ways' bounds."""
     layer, bottom, top = conv_layer((1, WINOGRAD_MIN_IN, 16, 16),
-                                    f"num_output: {WINOGRAD_MIN_OUT} {params}")
+                                    f"num_output: {OUT_CHANNELS} {params}")
     calls, forward = [], kernels.forward
     monkeypatch.setattr(kernels, "forward", lambda *args: calls.append(1) or forward(*args))
     with forced_winograd(True):
@@ -243,7 +257,7 @@ def test_one_image_runs_in_blocks_of_its_own(params, pad, kernels, monkeypatch):
     "kernel_h: 3 kernel_w: 1",
 ])
 def test_only_plain_3x3_windows_take_winograd(params):
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} {params}")
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} {params}")
     with forced_winograd(True):
         layer.reshape(bottom, top)
         assert layer.winograd_block == 0
@@ -256,21 +270,20 @@ def test_deconvolution_keeps_its_forward():
     assert layer.inference().forward_pass() == layer.forward_pass()
 
 
-def test_the_rule_needs_tiles_and_channels():
-    assert winograd_fits(WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT, WINOGRAD_MIN_TILES)
-    assert not winograd_fits(WINOGRAD_MIN_IN - 1, WINOGRAD_MIN_OUT, 1000)
-    assert not winograd_fits(WINOGRAD_MIN_IN, WINOGRAD_MIN_OUT - 1, 1000)
-    assert not winograd_fits(512, 512, WINOGRAD_MIN_TILES - 1)
+def test_the_rule_needs_tiles_and_input_channels():
+    assert winograd_fits(WINOGRAD_MIN_IN, WINOGRAD_MIN_TILES)
+    assert not winograd_fits(WINOGRAD_MIN_IN - 1, 1000)
+    assert not winograd_fits(512, WINOGRAD_MIN_TILES - 1)
     layer, bottom, top = conv_layer((1, WINOGRAD_MIN_IN, 8, 8),
-                                    f"num_output: {WINOGRAD_MIN_OUT} kernel_size: 3 pad: 1")
+                                    f"num_output: {OUT_CHANNELS} kernel_size: 3 pad: 1")
     assert layer.winograd_block == 0  # 4 tiles
 
 
 def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
     from pycaffe_cli.layers.convolution import convolution
     monkeypatch.setattr(convolution, "COL_BUFFER_LIMIT",
-                        winograd.POINTS * (WINOGRAD_MIN_IN + WINOGRAD_MIN_OUT) * 5)
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+                        winograd.POINTS * (WINOGRAD_MIN_IN + OUT_CHANNELS) * 5)
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} "
                                                     "kernel_size: 3 pad: 1")
     assert layer.winograd_block == 5
     got, want = inference_against_forward(layer, bottom, top)
@@ -278,7 +291,7 @@ def test_blocks_keep_the_scratch_arrays_within_the_column_limit(monkeypatch):
 
 
 def test_the_weight_transform_follows_the_weights():
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} "
                                                     "kernel_size: 3 pad: 1")
     forward = layer.inference().forward_pass()
     forward(bottom, top)
@@ -301,10 +314,10 @@ def test_the_weight_transform_follows_the_weights():
 def test_scratch_grows_only_when_winograd_runs():
     """A training net's 3x3 layers keep the GEMM plan's buffers: Winograd's products array
     (2.25 outputs a value) is allocated by the first inference pass."""
-    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {WINOGRAD_MIN_OUT} "
+    layer, bottom, top = conv_layer(WINOGRAD_SHAPE, f"num_output: {OUT_CHANNELS} "
                                                     "kernel_size: 3 pad: 1")
     layer.forward(bottom, top)
     gemm_size = layer.mat_dim * layer.block
     assert layer.cpu_backend._mat.size == gemm_size
     layer.inference().forward_pass()(bottom, top)
-    assert layer.cpu_backend._mat.size == winograd.POINTS * WINOGRAD_MIN_OUT * 32 > gemm_size
+    assert layer.cpu_backend._mat.size == winograd.POINTS * OUT_CHANNELS * 32 > gemm_size
