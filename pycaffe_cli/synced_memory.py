@@ -56,6 +56,9 @@ class SyncedMemory:
     Args:
         size: number of elements (fixed for the object's life; blobs grow by replacing it).
     """
+    # No __dict__: the inference plan reads hundreds of stamps before each pass, from memory
+    # the last pass pushed out of the caches.
+    __slots__ = ("size", "version", "head", "_host", "_device")
 
     def __init__(self, size):
         self.size = int(size)
