@@ -32,9 +32,14 @@ from numba.extending import intrinsic
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _FLOAT32 = np.dtype(np.float32)
 _UNIT = _FLOAT32.itemsize
-# Products of fewer FLOPs than this run on the calling thread: waking numba's threads costs
-# about as much (docs/kernel-choices.md, "Spreading a product").
+# Products of fewer FLOPs than this (GEMVs aside, below) run on the calling thread: waking
+# numba's threads costs about as much (docs/kernel-choices.md, "Spreading a product").
 SPREAD_MIN_FLOPS = 1 << 22
+# Products with one row or one column (GEMV: a batch-1 classifier) read each value of the
+# matrix once, and take the time that read takes from memory, which two cores do faster than
+# one: they spread from this many multiply-adds (a 2 MB matrix) however few their FLOPs
+# (docs/kernel-choices.md, "Spreading a product").
+GEMV_SPREAD_MIN = 1 << 19
 # Products of at least this many FLOPs a thread go in two blocks a thread, so that a thread
 # held up by another process leaves part of its share to the others; smaller ones in one
 # block a thread. More blocks cost more than they balance: each block packs again the operand
@@ -115,9 +120,14 @@ def _blocks(m, n, k, products, workers):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _spreads(multiply_adds, workers):
-    """Whether a product of this many multiply-adds goes over ``workers`` threads."""
-    return workers >= 2 and 2 * multiply_adds >= SPREAD_MIN_FLOPS
+def _spreads(m, n, k, products, workers):
+    """Whether ``products`` m x n x k products go over ``workers`` threads."""
+    multiply_adds = products * m * n * k
+    if workers < 2:
+        return False
+    if m == 1 or n == 1:
+        return multiply_adds >= GEMV_SPREAD_MIN
+    return 2 * multiply_adds >= SPREAD_MIN_FLOPS
 
 
 @njit(cache=True, nogil=True)
@@ -125,7 +135,7 @@ def split(m, n, k, workers):
     """How kernels that schedule their own blocks cut one m x n x k product for ``workers``
     threads, as ``matmul`` does: (rows a block, columns a block), or (0, 0) where the product
     is too small to spread and runs on the calling thread."""
-    if not _spreads(m * n * k, workers):
+    if not _spreads(m, n, k, 1, workers):
         return 0, 0
     return _blocks(m, n, k, 1, workers)
 
@@ -265,7 +275,7 @@ def _gemm(a, b, out, beta, workers):
         return False
     products = out.shape[0] * out.shape[1]
     beta32 = float32(beta)
-    if not _spreads(products * m * n * k, workers):
+    if not _spreads(m, n, k, products, workers):
         for j in range(products):
             _block(j, a, b, out, beta32, m, n, trans_a, lda, trans_b, ldb, ldc)
         return True

@@ -35,9 +35,10 @@ def workers(request):
     numba.set_num_threads(before)
 
 
-# (m, k, n): tiny, one row (GEMV), one column (GEMV), and large enough to be spread in blocks
-# along either side of the output.
-SHAPES = [(3, 5, 7), (1, 300, 70), (70, 300, 1), (40, 500, 4096), (600, 300, 64)]
+# (m, k, n): tiny, one row (GEMV), one column (GEMV), the same large enough to be spread, and
+# large enough to be spread in blocks along either side of the output.
+SHAPES = [(3, 5, 7), (1, 300, 70), (70, 300, 1), (1, 1024, 600), (600, 1024, 1),
+          (40, 500, 4096), (600, 300, 64)]
 
 
 @pytest.mark.parametrize("m, k, n", SHAPES)
@@ -168,6 +169,19 @@ def test_blocks_cover_the_output_along_the_cheaper_side():
     rows, cols = blas._blocks(32, 32, 2000, 1, 2)      # 4 MFLOP: one block a thread
     assert -(-32 // rows) * -(-32 // cols) == 2
     assert blas._blocks(64, 64, 64, 36, 2) == (64, 64)  # a stack: a product a block
+
+
+def test_one_row_or_column_products_spread_from_fewer_multiply_adds():
+    """A GEMV's time is its matrix read from memory: it spreads from GEMV_SPREAD_MIN
+    multiply-adds; other products from SPREAD_MIN_FLOPS."""
+    depth = 1024
+    cols = blas.GEMV_SPREAD_MIN // depth
+    assert blas.split(1, cols, depth, 2) != (0, 0)
+    assert blas.split(cols, 1, depth, 2) != (0, 0)
+    assert blas.split(1, cols - 1, depth, 2) == (0, 0)
+    assert blas.split(1, cols, depth, 1) == (0, 0)
+    assert 2 * 2 * cols * depth < blas.SPREAD_MIN_FLOPS
+    assert blas.split(2, cols, depth, 2) == (0, 0)
 
 
 def _claims_in_order(parts, total, thread):
