@@ -3,9 +3,9 @@
 The metric, for a blob: ``deviation = max |plan - plain| / max |plain|``, both float32
 results of the same net, weights and input. It is reported for each output blob (and the
 input of a final Softmax, whose saturated outputs would hide differences; a detector's
-DetectionOutput inputs in place of its detections), and for each layer
-the plan changes, given the very input the plain layer read: each fold (a producer with the
-BatchNorm / Scale / Bias layers after it) and each Winograd layer.
+DetectionOutput inputs in place of its detections), and for each layer the plan changes,
+given the very input the plain layer read: each fold (a producer with the BatchNorm / Scale /
+Bias layers after it) and each Winograd layer.
 
 What is proven about those layers, for any input (docs/inference.md): a fold is the
 producer's own GEMM over weights computed in float64 and rounded once, so it computes within
@@ -74,7 +74,7 @@ def random_weights(net, rng):
         entry.layer.forward(entry.bottoms, entry.tops)
 
 
-# Layers that only rearrange values: a Softmax's output carried through them is still its.
+# Layers that only move values around: what a Softmax made stays its output through them.
 _REARRANGING = ("Flatten", "Reshape")
 
 
