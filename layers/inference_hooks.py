@@ -7,8 +7,8 @@ runs cheaper forward passes. Of a layer it uses Caffe's contract (``reshape``, `
 ``forward_pass``) and, for everything else, ``layer.inference()``: an instance of the hooks
 class the layer class names in ``Layer.inference_hooks`` (layers/base.py), by default
 ``InferenceHooks`` below. Layers with hooks of their own: Convolution and Deconvolution
-(convolution/base.py, convolution/convolution.py), InnerProduct, Eltwise, Pooling, Concat,
-Filter and Python.
+(convolution/base.py, convolution/convolution.py), InnerProduct, Eltwise, Scale, Pooling,
+Concat, Filter and Python.
 """
 from typing import NamedTuple
 
@@ -99,7 +99,7 @@ class InferenceHooks:
 
 class ReluFusingHooks(InferenceHooks):
     """Hooks of a layer the plan can fuse a ReLU into (Convolution, Deconvolution,
-    InnerProduct, Eltwise): the slope lives on the layer, as ``_fused_relu_slope`` (None:
+    InnerProduct, Eltwise, Scale): the slope lives on the layer, as ``_fused_relu_slope`` (None:
     no ReLU), which the layer's CPU forward applies where it writes its top."""
 
     def fuse_relu(self, negative_slope):

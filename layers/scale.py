@@ -24,6 +24,9 @@ from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.bias import (BiasLayer, BroadcastGradient, broadcast, broadcast_dims,
                                      broadcast_param_shape)
+from pycaffe_cli.layers.inference_hooks import ReluFusingHooks
+from pycaffe_cli.layers.kernels.cpu import channel_affine
+from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.proto import caffe_pb2
 
@@ -35,6 +38,16 @@ def _unit_filler():
     return filler
 
 
+class ScaleInferenceHooks(ReluFusingHooks):
+    """The forward-only pass on the CPU is one pass over the data (product, bias and the
+    ReLU the plan fuses in: kernels/cpu/channel_affine.py), keeping no copy of an in-place
+    bottom for a backward pass that will not come."""
+
+    def forward_pass(self):
+        layer = self.layer
+        return layer.forward_gpu if layer._use_gpu("forward") else layer._forward_values_cpu
+
+
 @register("Scale")
 class ScaleLayer(Layer):
     """scale_param: axis (1), num_axes (1), filler (constant 1), bias_term, bias_filler."""
@@ -43,6 +56,11 @@ class ScaleLayer(Layer):
     max_num_bottom = 2
     exact_num_top = 1
     in_place_ok = True
+    inference_hooks = ScaleInferenceHooks
+    # ReLU's negative slope to apply to the top (None: none): the inference plan's, on a
+    # layer of its own that BatchNorm / Scale / Bias layers were folded into, in CPU mode
+    # only (pycaffe_cli/inference/fold.py).
+    _fused_relu_slope = None
 
     def layer_setup(self, bottom, top):
         p = self.param.scale_param
@@ -89,6 +107,9 @@ class ScaleLayer(Layer):
             self._bias_layer.reshape([top[0]], top)
 
     def forward_cpu(self, bottom, top):
+        if self._fused_relu_slope is not None:  # the inference plan's layer: no backward
+            self._forward_values_cpu(bottom, top)
+            return
         outer, dim, inner = self.dims
         x = bottom[0].data.reshape(outer, dim, inner)
         # In place, backward still needs x for the scale's gradient.
@@ -97,6 +118,16 @@ class ScaleLayer(Layer):
                     out=top[0].data.reshape(outer, dim, inner))
         if self._bias_layer is not None:
             self._bias_layer.forward_cpu([top[0]], top)
+
+    def _forward_values_cpu(self, bottom, top):
+        """The top in one pass, with the fused ReLU (ScaleInferenceHooks)."""
+        _, dim, inner = self.dims
+        slope = self._fused_relu_slope
+        bias = self.blobs[-1].cpu_data.reshape(-1) if self._bias_layer is not None else NO_BIAS
+        x = bottom[0].cpu_data.reshape(-1)
+        channel_affine.forward(x, self._scale(bottom).cpu_data.reshape(-1), bias,
+                               self._bias_layer is not None, top[0].flat_data,
+                               np.float32(slope or 0), slope is not None, dim, inner)
 
     def backward_cpu(self, top, propagate_down, bottom):
         if self._bias_layer is not None and self.param_propagate_down[-1]:

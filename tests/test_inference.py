@@ -113,9 +113,64 @@ def test_folded_chains_give_the_plain_outputs(producer, slope, engine):
     assert len(plan.steps) == len(net.layer_entries) - (4 if engine == "cpu" else 3)
 
 
+STANDALONE = INPUT % "dim: 2 dim: 6 dim: 3 dim: 4" + """
+layer { name: "p" type: "Power" bottom: "data" top: "y" power_param { shift: 0.5 } }
+""" + AFFINE
+
+
+@pytest.mark.parametrize("slope", [0, 0.25])
+def test_affine_layers_after_no_producer_run_as_one_scale_step(slope, engine):
+    """A BatchNorm, Scale and Bias with nothing to fold into (a BatchNorm after a sum, or on
+    the input) run as one Scale layer of the folded (a, b), the ReLU after them fused on the
+    CPU; its operands follow the weights."""
+    text = STANDALONE % slope
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(4))
+    plan = InferencePlan(net)
+    [chain] = plan.chains
+    assert chain.standalone and chain.layer.type == "Scale"
+    assert [net.layer_names[i] for i in chain.affine] == ["bn", "scale", "bias"]
+    assert (chain.relu is not None) == (engine == "cpu")
+    bn, scale, bias = (net.layer_by_name(n) for n in ("bn", "scale", "bias"))
+    mean = bn.blobs[0].data.astype(np.float64) / 2.5
+    var = bn.blobs[1].data.astype(np.float64) / 2.5
+    a = scale.blobs[0].data / np.sqrt(var + np.float32(1e-3))
+    b = -mean * a + scale.blobs[1].data + bias.blobs[0].data
+    np.testing.assert_allclose(chain.layer.blobs[0].data, a, rtol=UNIT_ROUNDOFF * (1 + 1e-9))
+    np.testing.assert_allclose(chain.layer.blobs[1].data, b, rtol=1e-6, atol=1e-6)
+    assert len(plan.steps) == len(net.layer_entries) - (3 if engine == "cpu" else 2)
+    assert "into 1 Scale layers" in plan.summary()
+    for _ in range(2):  # then with a BatchNorm statistic changed
+        plain = copy_net(net, text)
+        plain.forward()
+        plan.forward()
+        assert plan_deviation(net, plain) <= LAYER_BOUND
+        bn.blobs[0].data[...] += 1
+
+
+def test_a_lone_batch_norm_runs_as_a_scale_but_a_lone_scale_stays():
+    text = INPUT % "dim: 2 dim: 3 dim: 4" + """
+        layer { name: "bn" type: "BatchNorm" bottom: "data" top: "n" }
+        layer { name: "scale" type: "Scale" bottom: "n" top: "s" }
+        layer { name: "out" type: "Power" bottom: "n" top: "out" }
+        """
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(5))
+    plain = copy_net(net, text)
+    plain.forward()
+    plan = InferencePlan(net, keep=["s"])
+    [chain] = plan.chains  # the Scale reads a blob another layer reads too
+    assert [net.layer_names[i] for i in chain.affine] == ["bn"] and chain.relu is None
+    plan.forward()
+    for name in ("s", "out"):
+        assert deviation(net.blob_by_name(name).data, plain.blob_by_name(name).data) \
+            <= LAYER_BOUND
+
+
 def test_a_chain_skips_blobs_only_when_nothing_else_needs_them():
     """Not in place (MobileNet's conv -> bn -> scale): the conv's own top is skipped unless
-    it is kept; a link whose bottom has another reader ends the chain."""
+    it is kept, and then the BatchNorm and Scale make a chain of their own; a link whose
+    bottom has another reader ends the chain."""
     text = CONV_INPUT + """
         layer { name: "c" type: "Convolution" bottom: "data" top: "c"
                 convolution_param { num_output: 4 kernel_size: 1 } }
@@ -134,7 +189,9 @@ def test_a_chain_skips_blobs_only_when_nothing_else_needs_them():
     plain = copy_net(net, text)
     plain.forward()
     plan = InferencePlan(net, keep=["c"])
-    assert plan.chains == []
+    [chain] = plan.chains
+    assert chain.standalone and [net.layer_names[i] for i in chain.affine] == ["bn", "scale"]
+    assert chain.relu is None and net.blob_names[chain.top_id] == "c/bn"
     plan.forward()
     for name in ("c", "o", "r"):
         got, want = net.blob_by_name(name).data, plain.blob_by_name(name).data

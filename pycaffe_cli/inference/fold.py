@@ -1,5 +1,6 @@
 """Chains the inference plan runs as one layer: a convolution (or inner product) and the
-per-channel affine layers and ReLU after it; an Eltwise layer and the ReLU after it.
+per-channel affine layers and ReLU after it; such affine layers and ReLU after no producer;
+an Eltwise layer and the ReLU after it.
 
 A chain starts at a producer P (Convolution, Deconvolution or InnerProduct with one bottom
 and one top) and takes the layers that read P's output next, each the first reader of what
@@ -23,6 +24,13 @@ bias (its inference hooks' ``fuse_relu``). A chain with a ReLU and no affine lin
 own weight blobs (P needs a bias then); a folded one has its own, recomputed whenever the
 blobs they come from change (``Chain.stale``). The net's layers and params are never
 modified.
+
+A standalone chain starts at an affine link that follows no producer (a BatchNorm after an
+Eltwise sum, or on the input; channels on axis 1) and takes the links and ReLU after it on
+the same terms. It runs as one Scale layer (bias_term: true) whose scale and bias are the
+folded (a, b), one pass over the data instead of one a link (BatchNorm's own takes three),
+the ReLU fused as it writes (layers/kernels/cpu/channel_affine.py). A lone Scale or Bias
+stays as it is: it has nothing to merge.
 
 An Eltwise chain (CPU mode) is an Eltwise layer with one top and the ReLU that reads it next,
 on the same terms: it runs as a new Eltwise layer that applies the ReLU to each element as it
@@ -56,6 +64,7 @@ class Chain:
     top_id: int = -1
     skipped: list = field(default_factory=list)
     layer: object = None
+    standalone: bool = False  # the producer is itself an affine link (see find_chains)
     sources: list = field(default_factory=list)
     stamps: tuple = ()
 
@@ -159,7 +168,30 @@ def find_chains(net, protected, fuse_relu):
         _follow(net, readers, chain, protected, fuse_relu)
         if chain.affine or (chain.relu is not None and p.bias_term):
             chains.append(chain)
-    return chains
+    return chains + _standalone_chains(net, readers, chains, protected, fuse_relu)
+
+
+def _standalone_chains(net, readers, chains, protected, fuse_relu):
+    """Chains of affine links that follow no producer (a BatchNorm after an Eltwise sum or
+    on the input): each runs as one Scale layer with the folded (a, b), in one pass instead
+    of one a link (and with the ReLU after them fused), where there is more than one link
+    or a ReLU, or the first is a BatchNorm (whose own pass takes three)."""
+    taken = {i for chain in chains
+             for i in [chain.producer] + chain.affine + [chain.relu] if i is not None}
+    standalone = []
+    for index, entry in enumerate(net.layer_entries):
+        rules = AFFINE.get(entry.layer.type)
+        if index in taken or rules is None or not _single(entry) or entry.tops[0].num_axes < 2:
+            continue
+        channels = entry.tops[0].shape[1]
+        if not rules[0](entry, 1, channels):
+            continue
+        chain = Chain(index, axis=1, channels=channels, affine=[index], standalone=True)
+        _follow(net, readers, chain, protected, fuse_relu)
+        if len(chain.affine) > 1 or chain.relu is not None or entry.layer.type == "BatchNorm":
+            standalone.append(chain)
+            taken.update(chain.affine + ([chain.relu] if chain.relu is not None else []))
+    return standalone
 
 
 def _follow(net, readers, chain, protected, fuse_relu):
@@ -203,15 +235,22 @@ def make_layer(net, chain):
     entry = net.layer_entries[chain.producer]
     producer = entry.layer
     param = caffe_pb2.LayerParameter()
-    param.CopyFrom(producer.param)
-    del param.blobs[:]
+    if chain.standalone:
+        param.name, param.type = producer.name, "Scale"
+        param.scale_param.axis, param.scale_param.bias_term = chain.axis, True
+    else:
+        param.CopyFrom(producer.param)
+        del param.blobs[:]
     if producer.type in PRODUCER_FIELDS:
         getattr(param, PRODUCER_FIELDS[producer.type]).bias_term = True
     layer = create_layer(param)
-    if chain.affine:
+    links = [blob for i in chain.affine for blob in net.layer_entries[i].layer.blobs]
+    if chain.standalone:
+        layer.blobs = [Blob((chain.channels,)), Blob((chain.channels,))]
+        chain.sources = links
+    elif chain.affine:
         layer.blobs = [Blob(producer.blobs[0].shape), Blob((chain.channels,))]
-        chain.sources = list(producer.blobs) + [blob for i in chain.affine
-                                                for blob in net.layer_entries[i].layer.blobs]
+        chain.sources = list(producer.blobs) + links
     else:
         layer.blobs = list(producer.blobs)  # the net's own weight and bias blobs (if any)
     layer.setup(entry.bottoms, [net.blob_entries[chain.top_id].blob])
@@ -232,11 +271,16 @@ def fold(net, chain):
         layer = net.layer_entries[index].layer
         link_a, link_b = AFFINE[layer.type][1](layer, chain.channels)
         a, b = link_a * a, link_a * b + link_b
+    layer = chain.layer
+    if chain.standalone:
+        layer.blobs[0].data[...] = a
+        layer.blobs[1].data[...] = b
+        chain.stamps = data_stamps(chain.sources)
+        return
     producer = net.layer_entries[chain.producer].layer
     weights = np.asarray(producer.blobs[0].cpu_data, np.float64)
     bias = (np.asarray(producer.blobs[1].cpu_data, np.float64).ravel()
             if len(producer.blobs) > 1 else np.zeros(chain.channels))
-    layer = chain.layer
     layer.blobs[0].data[...] = _scaled_weights(producer, weights, a)
     layer.blobs[1].data[...] = (a * bias + b).reshape(layer.blobs[1].shape)
     chain.stamps = data_stamps(chain.sources)

@@ -116,6 +116,7 @@ class InferencePlan:
         by_producer = {chain.producer: chain for chain in self.chains}
         covered = {i for chain in self.chains
                    for i in chain.affine + ([chain.relu] if chain.relu is not None else [])}
+        covered -= set(by_producer)  # a standalone chain's first link is its producer
         steps = []
         for index, entry in enumerate(net.layer_entries):
             chain = by_producer.get(index)
@@ -227,7 +228,8 @@ class InferencePlan:
         chain = next((c for c in self.chains if c.producer == step.at), None)
         if chain is None:
             return [step.at]
-        return [step.at] + chain.affine + ([chain.relu] if chain.relu is not None else [])
+        links = [i for i in chain.affine if i != step.at]  # a standalone chain's first
+        return [step.at] + links + ([chain.relu] if chain.relu is not None else [])
 
     def summary(self):
         """One line: what was folded, fused, run as Winograd and shared, and the blob memory
@@ -236,8 +238,7 @@ class InferencePlan:
         for chain in self.chains:
             if chain.affine:
                 folded.update(self.net.layer_entries[i].layer.type for i in chain.affine)
-                kind = self.net.layer_entries[chain.producer].layer.type
-                producers[kind] = producers.get(kind, 0) + 1
+                producers[chain.layer.type] = producers.get(chain.layer.type, 0) + 1
         relus = sum(chain.relu is not None for chain in self.chains)
         parts = []
         if folded:

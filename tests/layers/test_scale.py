@@ -262,3 +262,36 @@ def test_bias_skipped_without_param_propagate_down():
 def test_errors_name_the_layer(params, bottoms, message):
     with pytest.raises(CaffeError, match=f'"scale".*{message}'):
         set_up(scale(params), [uniform_data(shape) for shape in bottoms])
+
+
+@pytest.mark.parametrize("bias_term", [False, True])
+@pytest.mark.parametrize("two_bottoms", [False, True])
+@pytest.mark.parametrize("params, blob_shape, axis", LEARNABLE)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_the_forward_only_pass_is_the_forward_to_the_bit(params, blob_shape, axis,
+                                                         bias_term, two_bottoms, in_place):
+    """The inference plan's pass (one kernel: product, bias) gives forward's very bits."""
+    backend.set_random_seed(0)
+    x = uniform_data(SHAPE)
+    text = scale(FILLERS + params + (" bias_term: true" if bias_term else ""))
+    bottoms = [x, uniform_data(blob_shape, seed=1)] if two_bottoms else [x]
+    layer, bottom, top = set_up(text, bottoms)
+    layer.forward(bottom, top)
+    want = top[0].data.copy()
+    if in_place:
+        top = [bottom[0]]
+    layer.inference().forward_pass()(bottom, top)
+    np.testing.assert_array_equal(top[0].data, want)
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.25])
+def test_a_fused_relu_applies_to_the_forward_only_pass(slope):
+    backend.set_random_seed(0)
+    x = uniform_data(SHAPE)
+    layer, bottom, top = set_up(scale(FILLERS + "bias_term: true"), [x])
+    layer.forward(bottom, top)
+    value = top[0].data.copy()
+    layer.inference().fuse_relu(slope)
+    layer.inference().forward_pass()(bottom, top)
+    want = np.where(value > 0, value, value * np.float32(slope))
+    np.testing.assert_array_equal(top[0].data, want)
