@@ -27,9 +27,10 @@ import math
 import numpy as np
 from numba import cuda
 
-from pycaffe_cli.blob import Blob
+from pycaffe_cli.blob import Blob, read_only
 from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cpu import channel_affine
 from pycaffe_cli.layers.kernels.cuda import channel_stats
 from pycaffe_cli.proto import caffe_pb2
 
@@ -106,22 +107,31 @@ class BatchNormLayer(Layer):
 
     # --- forward ---------------------------------------------------------------------
     def forward_cpu(self, bottom, top):
-        x = channel_view(bottom[0].data)
-        if x.size == 0:  # an empty batch (after a Filter, say): nothing to normalise
+        if bottom[0].count() == 0:  # an empty batch (after a Filter, say): nothing to do
             return
         if self.use_global_stats:
-            mean, var = self._global_statistics()
-            centred = x - mean[None, :, None]
-        else:
-            mean = channel_mean(x).astype(np.float32)
-            centred = x - mean[None, :, None]
-            var = channel_mean(np.square(centred)).astype(np.float32)
-            self._update_running_sums(mean, var, x.shape[0] * x.shape[2])
+            self._forward_global_cpu(bottom, top)
+            return
+        x = channel_view(bottom[0].data)
+        mean = channel_mean(x).astype(np.float32)
+        centred = x - mean[None, :, None]
+        var = channel_mean(np.square(centred)).astype(np.float32)
+        self._update_running_sums(mean, var, x.shape[0] * x.shape[2])
         std = np.sqrt(var + self.eps)
         y = centred / std[None, :, None]
         channel_view(top[0].data)[...] = y
         # Cached for backward: an in-place layer after this one may overwrite the top.
         self._x_norm, self._std = y, std
+
+    def _forward_global_cpu(self, bottom, top):
+        """(x - mean) / std in one pass (kernels/cpu/channel_affine.py); backward then needs
+        only std."""
+        mean, var = self._global_statistics()
+        std = np.sqrt(var + self.eps)
+        _, channels, inner = channel_view(bottom[0].cpu_data).shape
+        channel_affine.normalize(bottom[0].cpu_data.reshape(-1), read_only(mean),
+                                 read_only(std), top[0].flat_data, channels, inner)
+        self._x_norm, self._std = None, std
 
     def _global_statistics(self):
         factor = self.blobs[2].flat_data[0]
@@ -180,8 +190,8 @@ class BatchNormLayer(Layer):
             m = num * inner
             correction = np.float32(m / (m - 1)) if m > 1 else np.float32(1.0)
             launch(_running_sums_kernel, channels, mean, var, self.moving_average_fraction,
-                   correction, self.eps, self.blobs[0].mutable_gpu_data, self.blobs[1].mutable_gpu_data,
-                   self.blobs[2].mutable_gpu_data, std)
+                   correction, self.eps, self.blobs[0].mutable_gpu_data,
+                   self.blobs[1].mutable_gpu_data, self.blobs[2].mutable_gpu_data, std)
         channel_stats.normalize(x, channels, inner, mean, std, top[0].mutable_gpu_data,
                                 self._gpu_x_norm.mutable_gpu_data)
 

@@ -1,6 +1,6 @@
-"""kernels/cpu/channel_affine.py: Scale's one-pass product, bias and ReLU against numpy's
-float32 arithmetic in Scale's order (product, then bias), to the bit; in place, on one
-thread and across threads."""
+"""kernels/cpu/channel_affine.py: Scale's one-pass product, bias and ReLU, and BatchNorm's
+normalisation, against numpy's float32 arithmetic in each layer's order (product, then bias;
+difference, then quotient), to the bit; in place, on one thread and across threads."""
 import numpy as np
 import pytest
 
@@ -42,4 +42,19 @@ def test_one_pass_is_numpys_arithmetic(shape, with_bias, slope, in_place):
                            NO_BIAS if bias is None else read_only(bias), with_bias,
                            y.reshape(-1), np.float32(slope or 0), slope is not None, channels,
                            inner)
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_normalize_is_batch_norms_numpy_arithmetic(shape, in_place):
+    rng = np.random.default_rng(1)
+    outer, channels, inner = shape
+    x = rng.standard_normal(shape).astype(np.float32)
+    mean = rng.standard_normal(channels).astype(np.float32)
+    std = np.sqrt(rng.uniform(0.5, 2, channels).astype(np.float32) + np.float32(1e-5))
+    want = (x - mean[None, :, None]) / std[None, :, None]
+    y = x if in_place else np.full_like(x, np.nan)
+    channel_affine.normalize(read_only(x.reshape(-1)), read_only(mean), read_only(std),
+                             y.reshape(-1), channels, inner)
     np.testing.assert_array_equal(y, want)
