@@ -128,9 +128,10 @@ class BatchNormLayer(Layer):
         only std."""
         mean, var = self._global_statistics()
         std = np.sqrt(var + self.eps)
-        _, channels, inner = channel_view(bottom[0].cpu_data).shape
-        channel_affine.normalize(bottom[0].cpu_data.reshape(-1), read_only(mean),
-                                 read_only(std), top[0].flat_data, channels, inner)
+        x = bottom[0].cpu_data
+        _, channels, inner = channel_view(x).shape
+        channel_affine.normalize(x.reshape(-1), read_only(mean), read_only(std),
+                                 top[0].flat_data, channels, inner)
         self._x_norm, self._std = None, std
 
     def _global_statistics(self):

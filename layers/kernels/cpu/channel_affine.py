@@ -3,7 +3,7 @@ inner): Scale's forward-only pass ``y = x s[c] (+ b[c])``, then, for the inferen
 ReLU; and BatchNorm's forward with global statistics ``y = (x - mean[c]) / std[c]``.
 
 The inference plan runs Scale layers this way (layers/scale.py), among them the ones that
-BatchNorm, Scale and Bias layers following no convolution fold into
+BatchNorm, Scale and Bias layers with no producer before them fold into
 (pycaffe_cli/inference/fold.py). The arithmetic is each layer's numpy code's, in its order
 (Scale: a float32 product, then the bias added; BatchNorm: the difference, then the
 quotient), so the bits are the same; ``y`` may be ``x`` (in place). Arrays are flat (1-d)
