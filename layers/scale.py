@@ -122,12 +122,12 @@ class ScaleLayer(Layer):
     def _forward_values_cpu(self, bottom, top):
         """The top in one pass, with the fused ReLU (ScaleInferenceHooks)."""
         _, dim, inner = self.dims
-        slope = self._fused_relu_slope
-        bias = self.blobs[-1].cpu_data.reshape(-1) if self._bias_layer is not None else NO_BIAS
+        slope, has_bias = self._fused_relu_slope, self._bias_layer is not None
+        bias = self.blobs[-1].cpu_data.reshape(-1) if has_bias else NO_BIAS
         x = bottom[0].cpu_data.reshape(-1)
-        channel_affine.forward(x, self._scale(bottom).cpu_data.reshape(-1), bias,
-                               self._bias_layer is not None, top[0].flat_data,
-                               np.float32(slope or 0), slope is not None, dim, inner)
+        channel_affine.forward(x, self._scale(bottom).cpu_data.reshape(-1), bias, has_bias,
+                               top[0].flat_data, np.float32(slope or 0), slope is not None,
+                               dim, inner)
 
     def backward_cpu(self, top, propagate_down, bottom):
         if self._bias_layer is not None and self.param_propagate_down[-1]:

@@ -21,64 +21,50 @@ PARALLEL_MIN = 1 << 17
 
 
 @njit(cache=True, inline="always")
-def _rows(x, scale, bias, has_bias, y, slope, rectified, channels, inner, first, last):
+def _rows(x, a, b, has_b, y, slope, rectified, normalizing, channels, inner, first, last):
     """Rows [first, last) of the (outer x channels) rows of ``inner`` values."""
     for row in range(first, last):
         channel = row % channels
-        s = scale[channel]
-        b = bias[channel] if has_bias else float32(0)
+        a_c = a[channel]
+        b_c = b[channel] if has_b else float32(0)
         start = row * inner
         for i in range(start, start + inner):
             at = uintp(i)
-            value = x[at] * s
-            if has_bias:
-                value = value + b
+            if normalizing:
+                value = (x[at] - b_c) / a_c
+            else:
+                value = x[at] * a_c
+                if has_b:
+                    value = value + b_c
             y[at] = rectify(value, slope) if rectified else value
 
 
 @njit(cache=True, parallel=True, nogil=True)
+def _by_rows(x, a, b, has_b, y, slope, rectified, normalizing, channels, inner):
+    """Both maps, one compiled kernel: ``(x - b) / a`` where ``normalizing``, else
+    ``x a (+ b)``; then the ReLU where ``rectified``."""
+    n = y.size
+    if n == 0:
+        return
+    rows = n // inner
+    if n < PARALLEL_MIN:
+        _rows(x, a, b, has_b, y, slope, rectified, normalizing, channels, inner, 0, rows)
+        return
+    per_block = max(1, BLOCK // inner)
+    for block in prange((rows + per_block - 1) // per_block):
+        first = block * per_block
+        _rows(x, a, b, has_b, y, slope, rectified, normalizing, channels, inner, first,
+              min(first + per_block, rows))
+
+
 def forward(x, scale, bias, has_bias, y, slope, rectified, channels, inner):
     """y = x * scale[c] (+ bias[c] where ``has_bias``), then ReLU with float32 negative
     ``slope`` where ``rectified``; c is the index along the middle axis of (outer,
     ``channels``, ``inner``)."""
-    n = y.size
-    if n == 0:
-        return
-    rows = n // inner
-    if n < PARALLEL_MIN:
-        _rows(x, scale, bias, has_bias, y, slope, rectified, channels, inner, 0, rows)
-        return
-    per_block = max(1, BLOCK // inner)
-    for block in prange((rows + per_block - 1) // per_block):
-        first = block * per_block
-        _rows(x, scale, bias, has_bias, y, slope, rectified, channels, inner, first,
-              min(first + per_block, rows))
+    _by_rows(x, scale, bias, has_bias, y, slope, rectified, False, channels, inner)
 
 
-@njit(cache=True, inline="always")
-def _normalized_rows(x, mean, std, y, channels, inner, first, last):
-    for row in range(first, last):
-        channel = row % channels
-        m, s = mean[channel], std[channel]
-        start = row * inner
-        for i in range(start, start + inner):
-            at = uintp(i)
-            y[at] = (x[at] - m) / s
-
-
-@njit(cache=True, parallel=True, nogil=True)
 def normalize(x, mean, std, y, channels, inner):
     """y = (x - mean[c]) / std[c] over (outer, ``channels``, ``inner``): BatchNorm's forward
     with global statistics (layers/batch_norm.py), in its numpy code's order, in one pass."""
-    n = y.size
-    if n == 0:
-        return
-    rows = n // inner
-    if n < PARALLEL_MIN:
-        _normalized_rows(x, mean, std, y, channels, inner, 0, rows)
-        return
-    per_block = max(1, BLOCK // inner)
-    for block in prange((rows + per_block - 1) // per_block):
-        first = block * per_block
-        _normalized_rows(x, mean, std, y, channels, inner, first,
-                         min(first + per_block, rows))
+    _by_rows(x, std, mean, True, y, float32(0), False, True, channels, inner)
