@@ -18,6 +18,10 @@ Otherwise it uses the batch statistics and updates the sums after each forward:
 
 The stat blobs are no learnable parameters: they get lr_mult 0 and no gradient.
 
+On the CPU each of these is one numba kernel: batch statistics in kernels/cpu/batch_stats.py
+(a channel per job, numpy's summation order), stored ones in kernels/cpu/channel_affine.py;
+the normalised values of a batch are kept in a buffer reused from pass to pass.
+
 GPU mode runs wholly on the device: per-channel statistics by the kernels of
 ``kernels/cuda/channel_stats.py`` (one block per channel, fixed order), the running-sum update
 and the global statistics by the per-channel kernels below.
@@ -30,25 +34,10 @@ from numba import cuda
 from pycaffe_cli.blob import Blob, read_only
 from pycaffe_cli.cuda.launch import launch
 from pycaffe_cli.layers.base import Layer, register
-from pycaffe_cli.layers.kernels.cpu import channel_affine
+from pycaffe_cli.layers.kernels.cpu import batch_stats, channel_affine
+from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.layers.kernels.cuda import channel_stats
 from pycaffe_cli.proto import caffe_pb2
-
-
-def channel_view(array):
-    """``array`` as (N, C, S); a 1-axis array is (N, 1, 1)."""
-    if array.ndim == 1:
-        return array.reshape(array.shape[0], 1, 1)
-    return array.reshape(array.shape[0], array.shape[1], -1)
-
-
-def channel_mean(values):
-    """Per-channel mean over N and S of an (N, C, S) array.
-
-    The contiguous S axis is summed pairwise in float32 (fast and accurate), N in float64.
-    """
-    n, _, s = values.shape
-    return values.sum(axis=2).sum(axis=0, dtype=np.float64) / (n * s)
 
 
 @register("BatchNorm")
@@ -112,27 +101,25 @@ class BatchNormLayer(Layer):
         if self.use_global_stats:
             self._forward_global_cpu(bottom, top)
             return
-        x = channel_view(bottom[0].data)
-        mean = channel_mean(x).astype(np.float32)
-        centred = x - mean[None, :, None]
-        var = channel_mean(np.square(centred)).astype(np.float32)
-        self._update_running_sums(mean, var, x.shape[0] * x.shape[2])
-        std = np.sqrt(var + self.eps)
-        y = centred / std[None, :, None]
-        channel_view(top[0].data)[...] = y
-        # Cached for backward: an in-place layer after this one may overwrite the top.
-        self._x_norm, self._std = y, std
+        num, channels, inner = self._view_shape(bottom[0])
+        if self._x_norm is None or self._x_norm.size != bottom[0].count():
+            self._x_norm = np.empty(bottom[0].count(), np.float32)
+        mean, var, std = np.empty((3, channels), np.float32)
+        batch_stats.forward(bottom[0].cpu_data.reshape(-1), num, channels, inner, self.eps,
+                            top[0].flat_data, self._x_norm, mean, var, std)
+        self._update_running_sums(mean, var, num * inner)
+        # x_norm is kept for backward: an in-place layer after this one may overwrite the top.
+        self._std = std
 
     def _forward_global_cpu(self, bottom, top):
         """(x - mean) / std in one pass (kernels/cpu/channel_affine.py); backward then needs
         only std."""
         mean, var = self._global_statistics()
         std = np.sqrt(var + self.eps)
-        x = bottom[0].cpu_data
-        _, channels, inner = channel_view(x).shape
-        channel_affine.normalize(x.reshape(-1), read_only(mean), read_only(std),
+        _, channels, inner = self._view_shape(bottom[0])
+        channel_affine.normalize(bottom[0].cpu_data.reshape(-1), read_only(mean), read_only(std),
                                  top[0].flat_data, channels, inner)
-        self._x_norm, self._std = None, std
+        self._std = std
 
     def _global_statistics(self):
         factor = self.blobs[2].flat_data[0]
@@ -154,22 +141,20 @@ class BatchNormLayer(Layer):
     def backward_cpu(self, top, propagate_down, bottom):
         if not propagate_down[0] or bottom[0].count() == 0:
             return
-        dy = channel_view(top[0].diff)
-        inv_std = (np.float32(1.0) / self._std)[None, :, None]
+        num, channels, inner = self._view_shape(top[0])
+        dy, dx = top[0].cpu_diff.reshape(-1), bottom[0].flat_diff
         if self.use_global_stats:
-            dx = dy * inv_std
+            channel_affine.forward(dy, read_only(np.float32(1.0) / self._std), NO_BIAS, False, dx,
+                                   np.float32(0.0), False, channels, inner)
         else:
-            y = self._x_norm
-            mean_dy = channel_mean(dy).astype(np.float32)[None, :, None]
-            mean_dy_y = channel_mean(dy * y).astype(np.float32)[None, :, None]
-            dx = (dy - mean_dy - mean_dy_y * y) * inv_std
-        channel_view(bottom[0].diff)[...] = dx
+            batch_stats.backward(dy, self._x_norm, self._std, num, channels, inner, dx)
 
-    # --- GPU -------------------------------------------------------------------------
-    def _gpu_view(self, blob):
-        """(num, channels, inner) of the (N, C, S) view."""
+    def _view_shape(self, blob):
+        """(num, channels, inner) of the (N, C, S) view of a non-empty ``blob``."""
         num = blob.shape[0]
         return num, self.channels, blob.count() // (num * self.channels)
+
+    # --- GPU -------------------------------------------------------------------------
 
     def _gpu_buffers(self):
         """Flat device views (mean, var, std) of ``channels`` values each."""
@@ -179,7 +164,7 @@ class BatchNormLayer(Layer):
     def forward_gpu(self, bottom, top):
         if bottom[0].count() == 0:
             return
-        num, channels, inner = self._gpu_view(bottom[0])
+        num, channels, inner = self._view_shape(bottom[0])
         x = bottom[0].gpu_data
         mean, var, std = self._gpu_buffers()
         if self.use_global_stats:
@@ -199,7 +184,7 @@ class BatchNormLayer(Layer):
     def backward_gpu(self, top, propagate_down, bottom):
         if not propagate_down[0] or bottom[0].count() == 0:
             return
-        num, channels, inner = self._gpu_view(bottom[0])
+        num, channels, inner = self._view_shape(bottom[0])
         dy = top[0].gpu_diff
         # mean(dy) and mean(dy * y) reuse the mean and var buffers (forward is done with them)
         mean_dy, mean_dy_y, std = self._gpu_buffers()

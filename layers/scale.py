@@ -13,19 +13,22 @@ layer (axis, num_axes = the scale's axes, ``bias_filler``) adds the bias in plac
 its blob is this layer's last blob. Learnable gradients accumulate; a scale given as bottom[1]
 has its diff overwritten. In-place computation is allowed (the bottom is saved for backward).
 
-GPU mode: the same steps on the device with Bias's kernels (``broadcast``, and
+On the CPU the forward is one pass (product and bias, kernels/cpu/channel_affine.py) and the
+backward one kernel for the scale's and the bias's gradients and dx
+(kernels/cpu/channel_grads.py); in place the bottom is saved in a buffer reused from pass to
+pass. GPU mode: the same steps on the device with Bias's kernels (``broadcast``, and
 ``BroadcastGradient`` for the scale's gradient, gathered without atomics); in place the
 bottom is saved in a device buffer.
 """
 import numpy as np
 
-from pycaffe_cli.blob import Blob
+from pycaffe_cli.blob import Blob, read_only
 from pycaffe_cli.fillers import fill
 from pycaffe_cli.layers.base import Layer, register
 from pycaffe_cli.layers.bias import (BiasLayer, BroadcastGradient, broadcast, broadcast_dims,
                                      broadcast_param_shape)
 from pycaffe_cli.layers.inference_hooks import ReluFusingHooks
-from pycaffe_cli.layers.kernels.cpu import channel_affine
+from pycaffe_cli.layers.kernels.cpu import channel_affine, channel_grads
 from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.proto import caffe_pb2
@@ -110,14 +113,11 @@ class ScaleLayer(Layer):
         if self._fused_relu_slope is not None:  # the inference plan's layer: no backward
             self._forward_values_cpu(bottom, top)
             return
-        outer, dim, inner = self.dims
-        x = bottom[0].data.reshape(outer, dim, inner)
-        # In place, backward still needs x for the scale's gradient.
-        self._saved_bottom = x.copy() if top[0] is bottom[0] else None
-        np.multiply(x, self._scale(bottom).data.reshape(1, dim, 1),
-                    out=top[0].data.reshape(outer, dim, inner))
-        if self._bias_layer is not None:
-            self._bias_layer.forward_cpu([top[0]], top)
+        if top[0] is bottom[0]:  # backward still needs x for the scale's gradient
+            if self._saved_bottom is None or self._saved_bottom.size != bottom[0].count():
+                self._saved_bottom = np.empty(bottom[0].count(), np.float32)
+            np.copyto(self._saved_bottom, bottom[0].cpu_data.reshape(-1))
+        self._forward_values_cpu(bottom, top)
 
     def _forward_values_cpu(self, bottom, top):
         """The top in one pass, with the fused ReLU (ScaleInferenceHooks)."""
@@ -130,24 +130,28 @@ class ScaleLayer(Layer):
                                dim, inner)
 
     def backward_cpu(self, top, propagate_down, bottom):
-        if self._bias_layer is not None and self.param_propagate_down[-1]:
-            self._bias_layer.backward_cpu(top, [False], [top[0]])
         outer, dim, inner = self.dims
-        dy = top[0].diff.reshape(outer, dim, inner)
+        dy = top[0].cpu_diff.reshape(-1)
         scale = self._scale(bottom)
         learnable = len(bottom) == 1
-        if (self.param_propagate_down[0] if learnable else propagate_down[1]):
-            x = (self._saved_bottom if top[0] is bottom[0]
-                 else bottom[0].data.reshape(outer, dim, inner))
-            # Row dot products over the contiguous inner axis, then the outer sum in float64.
-            grad = np.einsum("odi,odi->od", dy, x).sum(axis=0, dtype=np.float64)
+        wants_scale = self.param_propagate_down[0] if learnable else propagate_down[1]
+        wants_bias = self._bias_layer is not None and self.param_propagate_down[-1]
+        if not (wants_scale or wants_bias or propagate_down[0]):
+            return
+        x = (read_only(self._saved_bottom) if top[0] is bottom[0]
+             else bottom[0].cpu_data.reshape(-1)) if wants_scale else dy
+        scale_grad = np.empty(dim) if wants_scale else channel_grads.NO_SUMS
+        bias_grad = np.empty(dim) if wants_bias else channel_grads.NO_SUMS
+        dx = bottom[0].flat_diff if propagate_down[0] else channel_grads.NO_VALUES
+        channel_grads.scale_backward(dy, x, scale.cpu_data.reshape(-1), outer, dim, inner,
+                                     scale_grad, bias_grad, dx)
+        if wants_scale:
             if learnable:
-                scale.flat_diff[...] += grad
+                scale.flat_diff[...] += scale_grad
             else:
-                scale.flat_diff[...] = grad
-        if propagate_down[0]:
-            np.multiply(dy, scale.data.reshape(1, dim, 1),
-                        out=bottom[0].diff.reshape(outer, dim, inner))
+                scale.flat_diff[...] = scale_grad
+        if wants_bias:
+            self.blobs[-1].flat_diff[...] += bias_grad
 
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):

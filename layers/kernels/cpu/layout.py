@@ -134,38 +134,72 @@ def add_channel_bias_relu(data, num, channels, size, bias, slope):
             _bias_relu_row(data, channels, size, bias, slope, row)
 
 
+@njit(cache=True, inline="always")
+def _term(a, b, i, shift):
+    """a[i] where ``b`` is None (numba compiles that case apart, without the branch), else
+    (a[i] - shift) * (b[i] - shift): float32, the bits numpy's ``np.square(a - shift)`` or
+    ``a * b`` (shift 0) would hold."""
+    if b is None:
+        return a[uintp(i)]
+    return (a[uintp(i)] - shift) * (b[uintp(i)] - shift)
+
+
+@njit(cache=True, inline="always")
+def _pairwise_run(a, b, start, n, shift):
+    """float32 sum of the terms start..start + n - 1 (``_term``) for n <= PAIRWISE_BLOCK, as
+    numpy sums a run: short runs in sequence, the others with 8 interleaved accumulators."""
+    if n < 8:
+        total = float32(0.0)
+        for i in range(start, start + n):
+            total += _term(a, b, i, shift)
+        return total
+    r0, r1 = _term(a, b, start, shift), _term(a, b, start + 1, shift)
+    r2, r3 = _term(a, b, start + 2, shift), _term(a, b, start + 3, shift)
+    r4, r5 = _term(a, b, start + 4, shift), _term(a, b, start + 5, shift)
+    r6, r7 = _term(a, b, start + 6, shift), _term(a, b, start + 7, shift)
+    stop = n - n % 8
+    for i in range(start + 8, start + stop, 8):
+        r0 += _term(a, b, i, shift)
+        r1 += _term(a, b, i + 1, shift)
+        r2 += _term(a, b, i + 2, shift)
+        r3 += _term(a, b, i + 3, shift)
+        r4 += _term(a, b, i + 4, shift)
+        r5 += _term(a, b, i + 5, shift)
+        r6 += _term(a, b, i + 6, shift)
+        r7 += _term(a, b, i + 7, shift)
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for i in range(start + stop, start + n):
+        total += _term(a, b, i, shift)
+    return total
+
+
+@njit(cache=True, inline="always")
+def _pairwise_half(n):
+    """Where numpy splits a longer run in two: half way, down to a multiple of 8."""
+    half = n // 2
+    return half - half % 8
+
+
 @njit(cache=True, nogil=True)
 def pairwise_sum(a, start, n):
     """float32 sum of a[start:start + n] in numpy's pairwise order (``pairwise_sum`` in
-    numpy's loops_utils.h): short runs in sequence, runs up to 128 with 8 interleaved
-    accumulators, longer ones split in two at a multiple of 8."""
-    if n < 8:
-        total = float32(0.0)
-        for i in range(n):
-            total += a[uintp(start + i)]
-        return total
+    numpy's loops_utils.h): bitwise numpy's ``a[start:start + n].sum()``."""
     if n <= PAIRWISE_BLOCK:
-        r0, r1, r2, r3 = a[uintp(start)], a[uintp(start + 1)], a[uintp(start + 2)], \
-            a[uintp(start + 3)]
-        r4, r5, r6, r7 = a[uintp(start + 4)], a[uintp(start + 5)], a[uintp(start + 6)], \
-            a[uintp(start + 7)]
-        stop = n - n % 8
-        for i in range(start + 8, start + stop, 8):
-            r0 += a[uintp(i)]
-            r1 += a[uintp(i + 1)]
-            r2 += a[uintp(i + 2)]
-            r3 += a[uintp(i + 3)]
-            r4 += a[uintp(i + 4)]
-            r5 += a[uintp(i + 5)]
-            r6 += a[uintp(i + 6)]
-            r7 += a[uintp(i + 7)]
-        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for i in range(start + stop, start + n):
-            total += a[uintp(i)]
-        return total
-    half = n // 2
-    half -= half % 8
+        return _pairwise_run(a, None, start, n, float32(0.0))
+    half = _pairwise_half(n)
     return pairwise_sum(a, start, half) + pairwise_sum(a, start + half, n - half)
+
+
+@njit(cache=True, nogil=True)
+def pairwise_dot(a, b, start, n, shift):
+    """float32 sum of (a[i] - shift) * (b[i] - shift) over i in [start, start + n), in the
+    order of ``pairwise_sum``: with ``a`` ``b``, the sum of squared deviations numpy gives
+    for ``np.square(a - shift).sum()``; with shift 0, ``(a * b).sum()``."""
+    if n <= PAIRWISE_BLOCK:
+        return _pairwise_run(a, b, start, n, shift)
+    half = _pairwise_half(n)
+    return pairwise_dot(a, b, start, half, shift) + pairwise_dot(a, b, start + half,
+                                                                 n - half, shift)
 
 
 @njit(cache=True, parallel=True, nogil=True)
