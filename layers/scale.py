@@ -113,21 +113,23 @@ class ScaleLayer(Layer):
         if self._fused_relu_slope is not None:  # the inference plan's layer: no backward
             self._forward_values_cpu(bottom, top)
             return
+        saved = channel_affine.NOTHING
         if top[0] is bottom[0]:  # backward still needs x for the scale's gradient
             if self._saved_bottom is None or self._saved_bottom.size != bottom[0].count():
                 self._saved_bottom = np.empty(bottom[0].count(), np.float32)
-            np.copyto(self._saved_bottom, bottom[0].cpu_data.reshape(-1))
-        self._forward_values_cpu(bottom, top)
+            saved = self._saved_bottom
+        self._forward_values_cpu(bottom, top, saved)
 
-    def _forward_values_cpu(self, bottom, top):
-        """The top in one pass, with the fused ReLU (ScaleInferenceHooks)."""
+    def _forward_values_cpu(self, bottom, top, saved=channel_affine.NOTHING):
+        """The top in one pass, with the fused ReLU (ScaleInferenceHooks); the bottom copied
+        to ``saved`` in the same pass unless that is empty."""
         _, dim, inner = self.dims
         slope, has_bias = self._fused_relu_slope, self._bias_layer is not None
         bias = self.blobs[-1].cpu_data.reshape(-1) if has_bias else NO_BIAS
         x = bottom[0].cpu_data.reshape(-1)
         channel_affine.forward(x, self._scale(bottom).cpu_data.reshape(-1), bias, has_bias,
                                top[0].flat_data, np.float32(slope or 0), slope is not None,
-                               dim, inner)
+                               dim, inner, saved)
 
     def backward_cpu(self, top, propagate_down, bottom):
         outer, dim, inner = self.dims

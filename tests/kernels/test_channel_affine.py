@@ -29,20 +29,25 @@ def reference(x, scale, bias, slope):
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("slope", [None, 0.0, 0.25])
 @pytest.mark.parametrize("in_place", [False, True])
-def test_one_pass_is_numpys_arithmetic(shape, with_bias, slope, in_place):
+@pytest.mark.parametrize("saving", [False, True])
+def test_one_pass_is_numpys_arithmetic(shape, with_bias, slope, in_place, saving):
     rng = np.random.default_rng(0)
     outer, channels, inner = shape
     x = rng.standard_normal(shape).astype(np.float32)
     scale = rng.standard_normal(channels).astype(np.float32)
     bias = rng.standard_normal(channels).astype(np.float32) if with_bias else None
     want = reference(x, scale, bias, slope)
+    given = x.copy()
     y = x if in_place else np.full_like(x, np.nan)
+    saved = np.full(x.size, np.nan, np.float32) if saving else channel_affine.NOTHING
     # read-only operands, as Scale passes its blobs' cpu_data: one compiled signature
     channel_affine.forward(read_only(x.reshape(-1)), read_only(scale),
                            NO_BIAS if bias is None else read_only(bias), with_bias,
                            y.reshape(-1), np.float32(slope or 0), slope is not None, channels,
-                           inner)
+                           inner, saved)
     np.testing.assert_array_equal(y, want)
+    if saving:  # the bottom as it was, in place too
+        np.testing.assert_array_equal(saved.reshape(shape), given)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
