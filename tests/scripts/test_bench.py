@@ -1,4 +1,5 @@
-"""scripts/bench --alone: each layer, then each BLAS product, of a pass at its best alone."""
+"""scripts/bench: the training nets as timed, and --alone: each layer, then each BLAS product,
+of a pass at its best alone."""
 import os
 
 import numpy as np
@@ -119,3 +120,20 @@ def test_state_medians_split_the_rounds_at_the_widest_gap_in_the_handoffs(bench)
                                            "slow": (2, [35.0, 45.0])}
     assert bench.state_medians(rounds[:2] + rounds[3:4]) == {"fast": (3, [21.0, 30.0])}
     assert bench.state_medians(rounds[:1]) == {"fast": (1, [20.0, 30.0])}
+
+
+def test_training_nets_learn_from_the_batch(bench):
+    """The BatchNorm nets are timed as training runs them: batch statistics, every gradient,
+    the batch asked for."""
+    model = bench.with_batch("models/resnet50/deploy.prototxt", (2, 3, 224, 224))
+    LOG.disabled = True
+    try:
+        net = Net.from_file(model, caffe_pb2.TRAIN)
+    finally:
+        LOG.disabled = False
+        os.unlink(model)
+    norms = [entry.layer for entry in net.layer_entries if entry.layer.type == "BatchNorm"]
+    assert len(norms) == 53 and not any(layer.use_global_stats for layer in norms)
+    assert net.blob_by_name("data").shape == (2, 3, 224, 224)
+    assert all(entry.bottom_need_backward[0] for entry in net.layer_entries[1:]
+               if entry.bottoms)
