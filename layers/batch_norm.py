@@ -155,7 +155,6 @@ class BatchNormLayer(Layer):
         return num, self.channels, blob.count() // (num * self.channels)
 
     # --- GPU -------------------------------------------------------------------------
-
     def _gpu_buffers(self):
         """Flat device views (mean, var, std) of ``channels`` values each."""
         stats, c = self._gpu_stats.mutable_gpu_data, self.channels

@@ -119,8 +119,8 @@ class EltwiseLayer(Layer):
             if not propagate_down[i]:
                 continue
             if self._op == SUM:
-                c = self._coeffs[i]
-                blob.diff[...] = top_diff if c == 1.0 else np.float32(c) * top_diff
+                kernels.sum_scaled((top[0].flat_diff,), np.float32(self._coeffs[i]),
+                                   blob.flat_diff)
             elif self._op == PROD:
                 blob.diff[...] = self._prod_grad(i, top, bottom) * top_diff
             else:

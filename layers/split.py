@@ -13,6 +13,7 @@ import numpy as np
 from pycaffe_cli.cuda import math as gpu_math
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.layers.base import Layer, register
+from pycaffe_cli.layers.kernels.cpu import eltwise
 
 
 @register("Split", v1="SPLIT")
@@ -38,14 +39,9 @@ class SplitLayer(Layer):
     def backward_cpu(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        out = bottom[0].flat_diff
-        if len(top) == 1:
-            out[...] = top[0].flat_diff
-            return
-        # Same summation order as Caffe: ((t0 + t1) + t2) + ..., in float32.
-        np.add(top[0].flat_diff, top[1].flat_diff, out=out)
-        for blob in top[2:]:
-            np.add(out, blob.flat_diff, out=out)
+        # Same summation order as Caffe: ((t0 + t1) + t2) + ..., in float32, in one pass.
+        eltwise.sum_scaled(tuple(blob.flat_diff for blob in top), np.float32(1.0),
+                           bottom[0].flat_diff)
 
     # --- GPU ---------------------------------------------------------------------------
     def forward_gpu(self, bottom, top):

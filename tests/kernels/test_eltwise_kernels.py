@@ -1,6 +1,7 @@
 """The Eltwise element loop (layers/kernels/cpu/eltwise.py): SUM within the float32 bound of
 its sum, PROD within that of its product, MAX and the fused ReLU exactly; both sides of the
-serial / parallel switch, blocks that do not divide the size, tops that are bottoms."""
+serial / parallel switch, blocks that do not divide the size, tops that are bottoms; and
+``sum_scaled`` (Split's and Eltwise SUM's gradients) to the bit."""
 import numpy as np
 import pytest
 
@@ -104,3 +105,22 @@ def test_the_top_may_be_a_bottom(op, which):
     copies = tuple(x.copy() for x in xs)
     got = run(OPS[op], copies, slope=0.0, top=copies[which])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("count", [1, 2, 3])
+@pytest.mark.parametrize("scale", [1.0, -0.5])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_sum_scaled_is_numpys_add_chain(size, count, scale, in_place):
+    """The gradients of Split (a sum of the tops' diffs, in Caffe's order) and of Eltwise SUM
+    (a coefficient times the top's diff) to the bit, signed zeros and NaN included."""
+    xs = bottoms(count, size, 5)
+    xs[0][:3] = [-0.0, np.nan, np.inf][:min(3, size)]
+    want = xs[0].copy()
+    for x in xs[1:]:
+        want = want + x
+    if scale != 1:
+        want = np.float32(scale) * want
+    out = xs[0] if in_place else np.full_like(xs[0], 7.0)
+    eltwise.sum_scaled(xs, np.float32(scale), out)
+    np.testing.assert_array_equal(out.view(np.int32), want.view(np.int32))

@@ -1,5 +1,7 @@
 """The Eltwise layer's element loop (CPU, numba): same-shaped bottoms combined into one top,
-and, for the inference plan, a ReLU on the result in the same pass.
+and, for the inference plan, a ReLU on the result in the same pass; ``sum_scaled`` for the
+gradients of Split (the tops' diffs summed) and of Eltwise SUM (a coefficient times the top's
+diff).
 
 Each element is computed from all the bottoms' values at its index before it is written, so
 the top may be any of the bottoms (in place). The arithmetic is the numpy code's of
@@ -67,3 +69,29 @@ def combine(op, bottoms, coeffs, top, slope, rectified):
         for block in prange(blocks):
             start = block * BLOCK
             _block(op, bottoms, coeffs, top, slope, rectified, start, min(start + BLOCK, n))
+
+
+@njit(cache=True, inline="always")
+def _sum_block(sources, scale, out, start, stop):
+    first = sources[0]
+    for i in range(start, stop):
+        at = uintp(i)
+        value = first[at]
+        for k in range(1, len(sources)):
+            value = value + sources[k][at]
+        out[at] = value if scale == 1 else scale * value
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def sum_scaled(sources, scale, out):
+    """out = scale * ((s0 + s1) + s2 ...) in float32, the product skipped for a scale of 1:
+    the bits of numpy's ``np.add`` chain (Split's backward, Caffe's order) and of
+    ``np.float32(c) * dy`` for one source (Eltwise SUM's backward). ``out`` may be a
+    source."""
+    n = out.size
+    if n < PARALLEL_MIN:
+        _sum_block(sources, scale, out, 0, n)
+        return
+    for block in prange((n + BLOCK - 1) // BLOCK):
+        start = block * BLOCK
+        _sum_block(sources, scale, out, start, min(start + BLOCK, n))
