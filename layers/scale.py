@@ -113,16 +113,16 @@ class ScaleLayer(Layer):
         if self._fused_relu_slope is not None:  # the inference plan's layer: no backward
             self._forward_values_cpu(bottom, top)
             return
-        saved = channel_affine.NOTHING
+        saved = None
         if top[0] is bottom[0]:  # backward still needs x for the scale's gradient
             if self._saved_bottom is None or self._saved_bottom.size != bottom[0].count():
                 self._saved_bottom = np.empty(bottom[0].count(), np.float32)
             saved = self._saved_bottom
         self._forward_values_cpu(bottom, top, saved)
 
-    def _forward_values_cpu(self, bottom, top, saved=channel_affine.NOTHING):
+    def _forward_values_cpu(self, bottom, top, saved=None):
         """The top in one pass, with the fused ReLU (ScaleInferenceHooks); the bottom copied
-        to ``saved`` in the same pass unless that is empty."""
+        to ``saved`` in the same pass where given."""
         _, dim, inner = self.dims
         slope, has_bias = self._fused_relu_slope, self._bias_layer is not None
         bias = self.blobs[-1].cpu_data.reshape(-1) if has_bias else NO_BIAS

@@ -39,7 +39,7 @@ def test_one_pass_is_numpys_arithmetic(shape, with_bias, slope, in_place, saving
     want = reference(x, scale, bias, slope)
     given = x.copy()
     y = x if in_place else np.full_like(x, np.nan)
-    saved = np.full(x.size, np.nan, np.float32) if saving else channel_affine.NOTHING
+    saved = np.full(x.size, np.nan, np.float32) if saving else None
     # read-only operands, as Scale passes its blobs' cpu_data: one compiled signature
     channel_affine.forward(read_only(x.reshape(-1)), read_only(scale),
                            NO_BIAS if bias is None else read_only(bias), with_bias,

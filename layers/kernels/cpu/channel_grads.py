@@ -52,6 +52,6 @@ def _backward(dy, x, scale, outer, channels, inner, scale_grad, bias_grad, dx):
 
 def scale_backward(dy, x, scale, outer, channels, inner, scale_grad, bias_grad, dx):
     """Fills ``scale_grad[c]`` = sum(dy * x) and ``bias_grad[c]`` = sum(dy) (float64 arrays
-    of ``channels``) and writes dx = dy * scale[c]; an empty array (``NOTHING``,
+    of ``channels``) and writes dx = dy * scale[c]; an empty array (``NO_SUMS``,
     ``NO_VALUES``) in place of ``scale_grad``, ``bias_grad`` or ``dx`` skips that one."""
     _backward(dy, x, scale, outer, channels, inner, scale_grad, bias_grad, dx)
