@@ -3,8 +3,8 @@ one job, over arrays viewed as (num, channels, inner).
 
 A job reads its channel for the sums, then again for the values it writes; the second read
 mostly comes from the cache the first filled (one channel of a ResNet stage at batch 8 is
-100-400 KB). numpy's code for the same (layers/batch_norm.py before these kernels) streamed
-the whole blob through memory eight to ten times, with a fresh temporary each time.
+100-400 KB), where numpy's formulas stream the whole blob through memory eight to ten times,
+with a fresh temporary each time.
 
 The arithmetic is numpy's, in its order, so the bits are those of:
 
@@ -41,13 +41,14 @@ def _channel_mean(a, b, num, channels, inner, c, shift, dot):
 
 @njit(cache=True, inline="always")
 def _forward_channel(x, num, channels, inner, eps, c, y, x_norm, mean, var, std):
-    mean[c] = _channel_mean(x, x, num, channels, inner, c, float32(0.0), False)
-    var[c] = _channel_mean(x, x, num, channels, inner, c, mean[c], True)
-    std[c] = np.sqrt(var[c] + eps)
+    mu = _channel_mean(x, x, num, channels, inner, c, float32(0.0), False)
+    sigma2 = _channel_mean(x, x, num, channels, inner, c, mu, True)
+    sigma = np.sqrt(sigma2 + eps)
+    mean[c], var[c], std[c] = mu, sigma2, sigma
     for n in range(num):
         start = (n * channels + c) * inner
         for i in range(start, start + inner):
-            value = (x[uintp(i)] - mean[c]) / std[c]
+            value = (x[uintp(i)] - mu) / sigma
             x_norm[uintp(i)] = value
             y[uintp(i)] = value
 
