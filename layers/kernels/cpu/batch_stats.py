@@ -13,36 +13,28 @@ The arithmetic is numpy's, in its order, so the bits are those of:
     y    = (x - mean) / std                                     (std = sqrt(var + eps))
     dx   = (dy - mean(dy) - mean(dy * y) * y) * (1 / std)
 
-each row of ``inner`` values summed in numpy's pairwise order (``layout.pairwise_sum``), the
-rows of a channel one after another in float64. Arrays are flat (1-d) C-contiguous; ``y``
-may be ``x`` and ``dx`` may be ``dy`` (in place).
+each row of ``inner`` values summed in numpy's pairwise order, the rows of a channel one
+after another in float64 (``layout.channel_sum``); fewer than channel_affine's PARALLEL_MIN
+values run on one thread. Arrays are flat (1-d) C-contiguous; ``y`` may be ``x`` and ``dx``
+may be ``dy`` (in place).
 """
 import numpy as np
-from numba import float32, float64, njit, prange, uintp
+from numba import float32, njit, prange, uintp
 
-from pycaffe_cli.layers.kernels.cpu.layout import pairwise_dot, pairwise_sum
-
-# Fewer values than this run on one thread (as channel_affine's kernels).
-PARALLEL_MIN = 1 << 17
+from pycaffe_cli.layers.kernels.cpu.channel_affine import PARALLEL_MIN
+from pycaffe_cli.layers.kernels.cpu.layout import channel_sum
 
 
 @njit(cache=True, inline="always")
-def _channel_mean(a, b, num, channels, inner, c, shift, dot):
-    """The mean over channel c's rows of a[i], or of (a[i] - shift) * (b[i] - shift)."""
-    total = float64(0.0)
-    for n in range(num):
-        start = (n * channels + c) * inner
-        if dot:
-            total += pairwise_dot(a, b, start, inner, shift)
-        else:
-            total += pairwise_sum(a, start, inner)
-    return float32(total / (num * inner))
+def _channel_mean(a, b, num, channels, inner, c, shift):
+    """``layout.channel_sum`` over the channel's num * inner values, as float32."""
+    return float32(channel_sum(a, b, num, channels, inner, c, shift) / (num * inner))
 
 
 @njit(cache=True, inline="always")
 def _forward_channel(x, num, channels, inner, eps, c, y, x_norm, mean, var, std):
-    mu = _channel_mean(x, x, num, channels, inner, c, float32(0.0), False)
-    sigma2 = _channel_mean(x, x, num, channels, inner, c, mu, True)
+    mu = _channel_mean(x, None, num, channels, inner, c, float32(0.0))
+    sigma2 = _channel_mean(x, x, num, channels, inner, c, mu)
     sigma = np.sqrt(sigma2 + eps)
     mean[c], var[c], std[c] = mu, sigma2, sigma
     for n in range(num):
@@ -71,8 +63,8 @@ def forward(x, num, channels, inner, eps, y, x_norm, mean, var, std):
 
 @njit(cache=True, inline="always")
 def _backward_channel(dy, x_norm, std, num, channels, inner, c, dx):
-    mean_dy = _channel_mean(dy, dy, num, channels, inner, c, float32(0.0), False)
-    mean_dy_y = _channel_mean(dy, x_norm, num, channels, inner, c, float32(0.0), True)
+    mean_dy = _channel_mean(dy, None, num, channels, inner, c, float32(0.0))
+    mean_dy_y = _channel_mean(dy, x_norm, num, channels, inner, c, float32(0.0))
     inv_std = float32(1.0) / std[c]
     for n in range(num):
         start = (n * channels + c) * inner

@@ -4,17 +4,16 @@ gradient dy * scale[c], whichever are asked for.
 
 A job reads its channel for the sums, then again (mostly from the cache) to write dx, so
 ``dx`` may be ``dy`` (in place). Each row of ``inner`` values is summed in numpy's pairwise
-order (``layout.pairwise_sum``), the rows of a channel one after another in float64: the
+order, the rows of a channel one after another in float64 (``layout.channel_sum``): the
 bias's sum is the bits of ``dy.sum(axis=2).sum(axis=0, dtype=float64)``. Arrays are flat
 (1-d) C-contiguous.
 """
 import numpy as np
-from numba import float32, float64, njit, prange, uintp
+from numba import float32, njit, prange, uintp
 
-from pycaffe_cli.layers.kernels.cpu.layout import pairwise_dot, pairwise_sum
+from pycaffe_cli.layers.kernels.cpu.channel_affine import PARALLEL_MIN
+from pycaffe_cli.layers.kernels.cpu.layout import channel_sum
 
-# Fewer values than this run on one thread (as channel_affine's kernels).
-PARALLEL_MIN = 1 << 17
 # Stand in for a gradient not asked for.
 NO_SUMS = np.zeros(0, np.float64)
 NO_VALUES = np.zeros(0, np.float32)
@@ -23,15 +22,9 @@ NO_VALUES = np.zeros(0, np.float32)
 @njit(cache=True, inline="always")
 def _channel(dy, x, scale, outer, channels, inner, c, scale_grad, bias_grad, dx):
     if scale_grad.size:
-        total = float64(0.0)
-        for n in range(outer):
-            total += pairwise_dot(dy, x, (n * channels + c) * inner, inner, float32(0.0))
-        scale_grad[c] = total
+        scale_grad[c] = channel_sum(dy, x, outer, channels, inner, c, float32(0.0))
     if bias_grad.size:
-        total = float64(0.0)
-        for n in range(outer):
-            total += pairwise_sum(dy, (n * channels + c) * inner, inner)
-        bias_grad[c] = total
+        bias_grad[c] = channel_sum(dy, None, outer, channels, inner, c, float32(0.0))
     if dx.size:
         s = scale[c]
         for n in range(outer):

@@ -19,7 +19,7 @@ signed index non-negative, and its wraparound check keeps the copy loops from ve
 (docs/kernel-choices.md, "Unsigned indices").
 """
 import numpy as np
-from numba import float32, get_num_threads, njit, prange, uintp
+from numba import float32, float64, get_num_threads, njit, prange, uintp
 
 from pycaffe_cli.blob import read_only
 
@@ -200,6 +200,21 @@ def pairwise_dot(a, b, start, n, shift):
     half = _pairwise_half(n)
     return pairwise_dot(a, b, start, half, shift) + pairwise_dot(a, b, start + half,
                                                                  n - half, shift)
+
+
+@njit(cache=True, inline="always")
+def channel_sum(a, b, num, channels, inner, c, shift):
+    """float64 sum over channel c of (num, channels, inner) arrays, row by row, each row in
+    ``pairwise_sum``'s order: of a[i] where ``b`` is None (compiled apart), else of
+    (a[i] - shift) * (b[i] - shift) (``pairwise_dot``)."""
+    total = float64(0.0)
+    for n in range(num):
+        start = (n * channels + c) * inner
+        if b is None:
+            total += pairwise_sum(a, start, inner)
+        else:
+            total += pairwise_dot(a, b, start, inner, shift)
+    return total
 
 
 @njit(cache=True, parallel=True, nogil=True)
