@@ -214,6 +214,51 @@ def test_direct_forward_fuses_the_relu_to_the_bit(slope):
     np.testing.assert_array_equal(fused.view(np.uint32), out.view(np.uint32))
 
 
+def nine_taps_in_order(im, num, channels, height, width, stride, weights, bias, slope):
+    """A 3x3, pad 1 depthwise forward in numpy float32, each output's terms summed from 0 in
+    tap order (the padding's as w * 0), then bias, then ReLU: the order of the DIRECT
+    kernel's general pass (and of the GEMM plan's product)."""
+    padded = np.zeros((num, channels, height + 2, width + 2), np.float32)
+    padded[:, :, 1:-1, 1:-1] = im.reshape(num, channels, height, width)
+    out_h, out_w = (height - 1) // stride + 1, (width - 1) // stride + 1
+    w = weights.reshape(1, channels, 9, 1, 1)
+    total = np.zeros((num, channels, out_h, out_w), np.float32)
+    for t in range(9):
+        ki, kj = divmod(t, 3)
+        window = padded[:, :, ki:ki + stride * out_h:stride, kj:kj + stride * out_w:stride]
+        total = total + w[:, :, t] * window
+    total = total + bias.reshape(1, channels, 1, 1)
+    if slope is not None:
+        total = np.where(total > 0, total, total * np.float32(slope)) if slope else \
+            np.where(total <= 0, np.float32(0), total)
+    return total.reshape(-1)
+
+
+@pytest.mark.parametrize("slope", [None, 0.0, 0.1])
+@pytest.mark.parametrize("width, stride", [(70, 1), (70, 2), (12, 1), (12, 2)])
+def test_depthwise_3x3_sums_its_nine_taps_in_order(width, stride, slope):
+    """Depthwise 3x3 layers sum their nine taps in one pass, row by row into the output
+    where rows are wide (ROWS_MIN_WIDTH), over the grid otherwise: each output the bits of
+    the general pass's order (taps from 0 in order, padding as w * 0, then bias, then the
+    fused ReLU), NaN, infinities and signed zeros included."""
+    from pycaffe_cli.layers.kernels.cpu import depthwise
+    from pycaffe_cli.layers.kernels.cpu.depthwise.forward import ROWS_MIN_WIDTH
+    out_w = (width - 1) // stride + 1
+    assert (out_w >= ROWS_MIN_WIDTH) == (width == 70)  # both passes are covered
+    rng = np.random.default_rng(5)
+    num, channels, height = 2, 5, 9
+    im = rng.standard_normal(num * channels * height * width).astype(np.float32)
+    im[[3, 40, 77]] = [np.nan, np.inf, -0.0]
+    weights = rng.standard_normal(channels * 9).astype(np.float32)
+    weights[10] = -0.0
+    bias = rng.standard_normal(channels).astype(np.float32)
+    out = np.empty(num * channels * ((height - 1) // stride + 1) * out_w, np.float32)
+    depthwise.forward(im, num, channels, height, width, 3, 3, 1, 1, stride, stride, 1, 1,
+                      weights, channels, channels, bias, out, slope)
+    want = nine_taps_in_order(im, num, channels, height, width, stride, weights, bias, slope)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
 FUSED_GEOMETRIES = [  # num, (channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
     # stride_h, stride_w, dilation_h, dilation_w), out_channels, group, out_h, out_w
     (64, (1, 28, 28, 5, 5, 0, 0, 1, 1, 1, 1), 20, 1, 24, 24),  # LeNet conv1
