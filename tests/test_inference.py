@@ -516,17 +516,112 @@ def test_buffers_are_reused_only_where_their_own_would_pass_the_limit(room, monk
     size = own_buffer_bytes(InferencePlan(copy_net(net, CHAIN)))
     monkeypatch.setattr(memory, "own_buffers_limit", lambda: size + room)
     plan = InferencePlan(net)
+    summary, first = plan.summary(), (plan.memory.reused, plan.memory.buffer_count)
     plan.forward()
     np.testing.assert_array_equal(net.blob_by_name("out").data, plain.blob_by_name("out").data)
     classes = len(plan.memory.classes)
     assert classes == 3  # c, h1, h2; the output keeps its own memory
-    if room == 0:
-        assert not plan.memory.reused and plan.memory.buffer_count == classes
-        assert (f"3 blobs in 3 buffers, none reused (reused only above {size / 2**20:.0f} MB;"
-                in plan.summary())
+    if room == 0:  # buffers of their own for the first pass; then the layout trial goes on
+        assert plan.memory.both and first == (False, classes)
+        assert ("3 blobs in 3 buffers of their own until passes timed each way show whether "
+                "shared ones run faster" in summary)
     else:
         assert plan.memory.reused and plan.memory.buffer_count == 2  # h2 takes c's buffer
         assert "3 blobs share 2 buffers" in plan.summary()
+
+
+class PassClock:
+    """A stand-in for the plan's perf_counter: every reading moves on by what a pass in the
+    plan's current layout costs, so a pass (two readings) takes exactly that."""
+
+    def __init__(self, own, shared):
+        self.costs, self.now, self.plan = {False: own, True: shared}, 0.0, None
+
+    def __call__(self):
+        self.now += self.costs[self.plan.memory.reused]
+        return self.now
+
+
+def trial_plan(text, own, shared, monkeypatch):
+    """(plan, plain net, clock) on ``text`` with random weights, buffers of their own
+    allowed, and passes that take ``own`` / ``shared`` seconds by the plan's clock."""
+    from pycaffe_cli.inference import memory, plan as plan_module
+    net = build(text)
+    fill_randomly(net, np.random.default_rng(8))
+    plain = copy_net(net, text)
+    plain.forward()
+    monkeypatch.setattr(memory, "own_buffers_limit", lambda: 1 << 40)
+    clock = PassClock(own, shared)
+    monkeypatch.setattr(plan_module, "perf_counter", clock)
+    clock.plan = InferencePlan(net)
+    return clock.plan, plain, clock
+
+
+@pytest.mark.parametrize("own, shared", [(2.0, 1.0), (1.0, 2.0), (1.0, 1.0)])
+def test_the_plan_keeps_the_blob_layout_its_passes_ran_faster_in(own, shared, monkeypatch,
+                                                                 caplog):
+    """Where buffers of their own are allowed, the first passes run in each layout in turn
+    (one untimed pass each, then TRIAL_PASSES timed ones each) and the plan keeps the one
+    with the lower median (their own on a tie); every pass gives the plain net's outputs,
+    Concat views and Split tops following the blobs from layout to layout."""
+    import logging
+    from pycaffe_cli.inference.plan import TRIAL_PASSES
+    text = concat_net(1, """
+layer { name: "twice" type: "Power" bottom: "out" top: "h" power_param { scale: 2 } }
+layer { name: "fork" type: "Split" bottom: "h" top: "h1" top: "h2" }
+layer { name: "end1" type: "Power" bottom: "h1" top: "end1" power_param { shift: 1 } }
+layer { name: "end2" type: "Power" bottom: "h2" top: "end2" power_param { shift: 2 } }""")
+    plan, plain, _ = trial_plan(text, own, shared, monkeypatch)
+    layouts = []
+    with caplog.at_level(logging.INFO, logger="pycaffe"):
+        for _ in range(2 + 2 * TRIAL_PASSES + 2):
+            layouts.append(plan.memory.reused)
+            plan.forward()
+            for name in ("end1", "end2"):
+                np.testing.assert_array_equal(plan.net.blob_by_name(name).data,
+                                              plain.blob_by_name(name).data)
+    keeps_shared = shared < own
+    assert layouts == [False, True] * (1 + TRIAL_PASSES) + [keeps_shared] * 2
+    assert not plan.memory.both and plan.memory.reused == keeps_shared
+    # cat (a and b its views), out, h (h1 and h2 its Split's); h takes cat's buffer shared
+    assert len(plan.memory.classes) == 3
+    assert plan.memory.buffer_count == (2 if keeps_shared else 3)
+    kept = "share buffers" if keeps_shared else "keep buffers of their own"
+    assert (f"Inference plan: blobs {kept} (passes took {own * 1e3:.2f} ms with buffers of "
+            f"their own, {shared * 1e3:.2f} ms with shared ones: medians of {TRIAL_PASSES} "
+            "each)") in caplog.text
+    assert "blobs share" in plan.summary() if keeps_shared else "none reused" in plan.summary()
+    top = plan.net.blob_by_name("cat").data_memory
+    assert [plan.net.blob_by_name(n).data_memory.parent for n in "ab"] == [top, top]
+
+
+def test_new_input_shapes_try_both_layouts_again(monkeypatch):
+    """A reshape for new input shapes sizes new buffers, so the trial runs again on them."""
+    from pycaffe_cli.inference.plan import TRIAL_PASSES
+    plan, _, clock = trial_plan(CHAIN, 2.0, 1.0, monkeypatch)
+    for _ in range(2 + 2 * TRIAL_PASSES):
+        plan.forward()
+    assert plan.memory.reused and not plan.memory.both
+    plan.net.input_blobs[0].reshape((2, 3, 6, 6))
+    plan.net.input_blobs[0].data[...] = 1
+    clock.costs = {False: 1.0, True: 2.0}
+    plan.forward()
+    assert plan.memory.both and plan.memory.reused  # the new trial's second pass: shared
+    for _ in range(1 + 2 * TRIAL_PASSES):
+        plan.forward()
+    assert not plan.memory.reused and not plan.memory.both
+
+
+def test_no_trial_keeps_buffers_of_their_own(monkeypatch):
+    """TRIAL_PASSES = 0: no pass is timed; blobs keep buffers of their own where allowed."""
+    from pycaffe_cli.inference import plan as plan_module
+    monkeypatch.setattr(plan_module, "TRIAL_PASSES", 0)
+    plan, plain, _ = trial_plan(CHAIN, 2.0, 1.0, monkeypatch)
+    for _ in range(4):
+        plan.forward()
+        assert not plan.memory.reused and not plan.memory.both
+    np.testing.assert_array_equal(plan.net.blob_by_name("out").data,
+                                  plain.blob_by_name("out").data)
 
 
 def test_the_gpu_reuses_buffers_whatever_the_limit(gpu_mode, monkeypatch):

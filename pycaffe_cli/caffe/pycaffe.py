@@ -164,9 +164,10 @@ class Net:
     def plan_inference(self, keep=()):
         """A pycaffe addition: run every later whole ``forward`` through an inference plan
         (BatchNorm/Scale/Bias folded into the convolution before them, ReLU fused, blob memory
-        shared; the outputs within the bounds of docs/inference.md). After a forward only
-        the inputs, outputs and the blobs named in ``keep`` hold their values; ``backward``
-        is refused. ``plan_inference(None)`` goes back to running every layer."""
+        shared, its layout timed both ways over the first forwards at each input shape; the
+        outputs within the bounds of docs/inference.md). After a forward only the inputs,
+        outputs and the blobs named in ``keep`` hold their values; ``backward`` is refused.
+        ``plan_inference(None)`` goes back to running every layer."""
         with raising_user_errors():
             if self._plan is not None:
                 self._plan.release()

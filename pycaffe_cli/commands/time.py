@@ -39,12 +39,15 @@ def time(model, iterations, phase, batch, gpu, level, stage, inference_plan):
         from pycaffe_cli.inference.plan import InferencePlan
         plan = InferencePlan(net)
         LOG.info(plan.summary() + "; backward is not run (the net needs none)")
-    # A clean pass first, so allocations are done before the clock starts.
+    # A clean pass first, so allocations are done before the clock starts (and the plan's
+    # blob layout is chosen: its trial passes).
     LOG.info("Performing Forward")
     loss = (plan or net).forward()
     LOG.info(f"Initial loss: {loss:g}")
     NonFiniteWatch(net, "Timing").check(loss, "Initial forward pass")
-    if plan is None:
+    if plan is not None:
+        plan.settle_layout()
+    else:
         LOG.info("Performing Backward")
         net.backward()
     _benchmark(net, iterations, plan)

@@ -16,15 +16,19 @@ intervals are those of the net's own layer order too (a chain's step covers its 
 positions), so the plain ``Net.forward`` still computes the right outputs after the plan
 moved the blobs; blobs the chains skip get fresh, unallocated memory of their own.
 
-Reuse only where memory asks for it: in CPU mode each class gets a buffer of its own, as
-every blob has in Caffe, unless together they would take more than OWN_BUFFERS_SHARE of the
-memory the process may use (``own_buffers_limit``). A reused buffer is written by another
-layer, split between the threads another way, so most of its lines were written last on the
-other core and move across before each write; where moving between cores is slow that cost
-GoogLeNet at batch 1 4 ms of a 31 ms pass, ResNet-50 6 ms of 60 and MobileNet v2 2-3 ms of
-17-19, while where moves are fast buffers of their own cost ResNet-50 nothing and MobileNet
-v2 4-8% (docs/kernel-choices.md, "One image's convolutions"). The GPU reuses whatever the
-size: there memory is what the sharing is for.
+Reused or not, measured: a reused buffer is written by another layer, split between the
+threads another way, so most of its lines were written last on the other core and move
+across before each write; buffers of their own are written where nothing has touched them
+since the last pass, so their lines come from far down the caches. Which costs more is the
+machine's: where moving lines between cores was slow, reuse cost GoogLeNet at batch 1 4 ms
+of a 31 ms pass, ResNet-50 6 ms of 60 and MobileNet v2 2-3 ms of 17-19; on another machine
+buffers of their own cost MobileNet v2 9-15%, SqueezeNet 4-13% and ResNet-50 3-7%
+(docs/kernel-choices.md, "One image's convolutions"). So in CPU mode, where buffers of their
+own would take at most OWN_BUFFERS_SHARE of the memory the process may use
+(``own_buffers_limit``) and differ from the shared ones, the plan keeps both layouts (``use``
+switches, ``settle`` keeps one) and times passes in each before it settles
+(inference/plan.py, ``LayoutTrial``); past that share, and on the GPU, where memory is what
+the sharing is for, buffers are reused.
 
 Concat without a copy: where a Concat's top holds its bottoms one after the other (nothing
 before the concat axis but a batch of one, e.g. GoogLeNet's and SqueezeNet's at batch 1), in
@@ -38,8 +42,8 @@ from pycaffe_cli import backend
 from pycaffe_cli.sizes import FLOAT_BYTES, physical_memory
 from pycaffe_cli.synced_memory import SyncedMemory, SyncedMemoryView
 
-# In CPU mode blobs keep buffers of their own while together they take at most this share
-# of the memory the process may use (see the module docstring).
+# In CPU mode blobs may keep buffers of their own while together they take at most this
+# share of the memory the process may use (see the module docstring).
 OWN_BUFFERS_SHARE = 1 / 16
 
 
@@ -62,6 +66,9 @@ class MemoryPlan:
         self.after_bytes = self.before_bytes
         self.reused = True  # whether buffers are reused (see the module docstring)
         self.own_limit = 0  # bytes of buffers of their own allowed (own_buffers_limit)
+        self.both = False  # whether both layouts are allowed, differ and are not settled
+        self._needs = []  # each class's float count, by assign
+        self._layouts = {}  # reused (bool) -> [(SyncedMemory, member ids)], made by use
 
     @property
     def moved(self):
@@ -70,7 +77,8 @@ class MemoryPlan:
 
     def assign(self):
         """Give every movable class a buffer (sized for the blobs' current counts) and every
-        skipped blob fresh memory of its own."""
+        skipped blob fresh memory of its own. Where both layouts are allowed (``both``), the
+        blobs start with buffers of their own, as in Caffe."""
         blobs = [entry.blob for entry in self.net.blob_entries]
         for blob_id in self.skipped:
             blobs[blob_id].use_data_memory(SyncedMemory(blobs[blob_id].count()))
@@ -78,24 +86,28 @@ class MemoryPlan:
         self.joined = [c for c in self.concats if cpu and blobs[c[1]].count(0, c[0]._axis) == 1]
         self.classes = _classes(self.net, self.lives, self.movable, self.aliases,
                                 {b: top for _, top, bottoms in self.joined for b in bottoms})
-        needs = [max(blobs[i].count() for i in members) for _, _, members in self.classes]
+        self._needs = [max(blobs[i].count() for i in members) for _, _, members in self.classes]
         self.own_limit = own_buffers_limit() if cpu else 0
-        self.reused = not cpu or sum(needs) * FLOAT_BYTES > self.own_limit
-        buffers = []  # [size, end, [members...]]
-        for (start, end, members), need in zip(self.classes, needs):
-            free = [b for b in buffers if b[1] < start] if self.reused else []
-            fits = [b for b in free if b[0] >= need]
-            if fits:
-                chosen = min(fits, key=lambda b: b[0])
-            elif free:
-                chosen = max(free, key=lambda b: b[0])
-            else:
-                chosen = [0, end, []]
-                buffers.append(chosen)
-            chosen[0], chosen[1] = max(chosen[0], need), end
-            chosen[2].extend(members)
-        for size, _, members in buffers:
-            memory = SyncedMemory(size)
+        self.both = (cpu and sum(self._needs) * FLOAT_BYTES <= self.own_limit
+                     and len(_packing(self.classes, self._needs, True)) < len(self.classes))
+        self._layouts = {}
+        self.use(not self.both)
+
+    def use(self, reused):
+        """Put the blobs in the buffers of one layout: reused (True) or each class its own
+        (False); each layout's buffers are made once per ``assign``, so switching back and
+        forth finds them already touched, and grown where a blob has grown since (a top
+        whose shape follows the data, as DetectionOutput's)."""
+        if reused not in self._layouts:
+            self._layouts[reused] = [(SyncedMemory(size), members) for size, members
+                                     in _packing(self.classes, self._needs, reused)]
+        blobs = [entry.blob for entry in self.net.blob_entries]
+        layout = self._layouts[reused]
+        for index, (memory, members) in enumerate(layout):
+            need = max(blobs[i].count() for i in members)
+            if need > memory.size:
+                memory = SyncedMemory(need)
+                layout[index] = (memory, members)
             for blob_id in members:
                 blobs[blob_id].use_data_memory(memory)
         for _, top, bottoms in self.joined:
@@ -105,8 +117,15 @@ class MemoryPlan:
                 blobs[blob_id].use_data_memory(
                     SyncedMemoryView(blobs[top].data_memory, offset, count))
                 offset += count
-        self.buffer_count = len(buffers)
+        self.reused = reused
+        self.buffer_count = len(self._layouts[reused])
         self.after_bytes = _bytes(self.net, self.touched)
+
+    def settle(self, reused):
+        """Keep one layout for good (``use``), letting the other's buffers go."""
+        self.use(reused)
+        self._layouts = {reused: self._layouts[reused]}
+        self.both = False
 
     def release(self):
         """Give every moved blob memory of its own again (values are lost)."""
@@ -114,6 +133,26 @@ class MemoryPlan:
             for blob_id in members:
                 blob = self.net.blob_entries[blob_id].blob
                 blob.use_data_memory(SyncedMemory(blob.count()))
+
+
+def _packing(classes, needs, reused):
+    """[(buffer size, member ids)]: the classes (by start) given buffers greedily, a buffer
+    whose last class has died taken again where ``reused`` (the smallest big enough, else the
+    biggest, grown), else a new one."""
+    buffers = []  # [size, end, [members...]]
+    for (start, end, members), need in zip(classes, needs):
+        free = [b for b in buffers if b[1] < start] if reused else []
+        fits = [b for b in free if b[0] >= need]
+        if fits:
+            chosen = min(fits, key=lambda b: b[0])
+        elif free:
+            chosen = max(free, key=lambda b: b[0])
+        else:
+            chosen = [0, end, []]
+            buffers.append(chosen)
+        chosen[0], chosen[1] = max(chosen[0], need), end
+        chosen[2].extend(members)
+    return [(size, members) for size, _, members in buffers]
 
 
 def own_buffers_limit():

@@ -14,7 +14,8 @@ test``, ``pycaffe time`` on a deploy net, ``caffe.Net.plan_inference``), the pla
 * moves blobs whose lives do not overlap into shared buffers (pycaffe_cli/inference/memory.py),
   makes a Concat's bottoms parts of its top where the top holds them one after the other
   (a batch of one, CPU), and lets layers with scratch buffers (convolutions' column
-  buffers) share one set;
+  buffers) share one set; on the CPU, where memory allows buffers of their own too, its
+  first passes time both layouts and it keeps the faster (``LayoutTrial``);
 * runs its steps as a plain list of each layer's forward-only pass (its inference hooks'
   ``forward_pass()``, layers/inference_hooks.py: its bound ``forward_cpu`` / ``forward_gpu``,
   or a cheaper one that keeps nothing for backward: max pooling without its argmax mask):
@@ -33,15 +34,49 @@ their weights again); after writing weights through an array kept from before, c
 ``refold()``. A mode change (CPU/GPU) rebuilds the plan. ``Net.backward`` refuses to run
 once a plan has moved the net's blobs (``release()`` gives them memory of their own again).
 """
+import statistics
 from dataclasses import dataclass, field
+from time import perf_counter
 
 from pycaffe_cli import backend
 from pycaffe_cli.errors import CaffeError
 from pycaffe_cli.inference.fold import find_chains, fold, make_layer
 from pycaffe_cli.inference.memory import MemoryPlan
+from pycaffe_cli.log import LOG
 from pycaffe_cli.proto import caffe_pb2
 from pycaffe_cli.sizes import MIB, blamed
 from pycaffe_cli.synced_memory import data_stamps
+
+
+# Timed passes in each blob layout before the plan keeps one (LayoutTrial); 0: no trial,
+# blobs keep buffers of their own wherever memory allows them.
+TRIAL_PASSES = 3
+
+
+class LayoutTrial:
+    """Which blob layout (memory.py: shared buffers, or each class its own) runs this net
+    faster on this machine: a pass in each first (their buffers' first touch, untimed), then
+    ``passes`` timed passes in each, taking turns so that a change in the machine's load
+    falls on both; the lower median wins."""
+
+    def __init__(self, passes):
+        self.schedule = [False, True] + [False, True] * passes  # reused?, pass by pass
+        self.done = 0
+        self.times = {False: [], True: []}
+
+    def record(self, reused, seconds):
+        """A pass just ran in layout ``reused`` and took ``seconds``."""
+        if self.done >= 2:
+            self.times[reused].append(seconds)
+        self.done += 1
+
+    def next_layout(self):
+        """The layout the next pass runs in, or None once the trial is over."""
+        return self.schedule[self.done] if self.done < len(self.schedule) else None
+
+    def medians(self):
+        """(median seconds a pass with buffers of their own, with shared buffers)."""
+        return statistics.median(self.times[False]), statistics.median(self.times[True])
 
 
 @dataclass(slots=True, eq=False)
@@ -78,6 +113,7 @@ class InferencePlan:
         self.net = net
         self.keep = [self._blob_id(name) for name in keep]
         self.memory = None
+        self._trial = None
         self._build()
         net.add_callback("before_backward", self._refuse_backward)
 
@@ -143,11 +179,37 @@ class InferencePlan:
                     step.hooks.share_workspace(donor)
 
     def _reshape_and_assign(self):
-        """Shape every step for the current inputs, then (re)assign the shared buffers."""
+        """Shape every step for the current inputs, then (re)assign the shared buffers; where
+        both layouts are allowed, the next passes try them (``LayoutTrial``)."""
         self._reshape_all()
         self.memory.assign()
+        self._trial = None
+        if self.memory.both:
+            if TRIAL_PASSES:
+                self._trial = LayoutTrial(TRIAL_PASSES)
+            else:
+                self.memory.settle(False)
         self._reshape_all()  # layers that share their tops' memory (Split...) share it anew
         self._input_shapes = self._current_input_shapes()
+
+    def _after_trial_pass(self, seconds):
+        """Record a pass of the layout trial; move the blobs into the next pass's layout, or
+        keep the faster one once the trial is over. No reshape: a layout moves every blob
+        of a class, the ones that alias it included, and a reshape now would undo the shapes
+        of tops that depend on the data (DetectionOutput's)."""
+        trial = self._trial
+        trial.record(self.memory.reused, seconds)
+        layout = trial.next_layout()
+        if layout is None:
+            own, shared = trial.medians()
+            self.memory.settle(shared < own)
+            self._trial = None
+            kept = "share buffers" if shared < own else "keep buffers of their own"
+            LOG.info(f"Inference plan: blobs {kept} (passes took {own * 1e3:.2f} ms with "
+                     f"buffers of their own, {shared * 1e3:.2f} ms with shared ones: "
+                     f"medians of {len(trial.times[False])} each)")
+        elif layout != self.memory.reused:
+            self.memory.use(layout)
 
     def _reshape_all(self):
         for step in self.steps:
@@ -180,6 +242,7 @@ class InferencePlan:
         """Run the net forward; return the summed weighted loss, as ``Net.forward`` does.
         ``after_step(k)``, if given, is called after step k (timings)."""
         self.prepare()
+        started = perf_counter()
         loss, reshape, index = 0.0, False, -1
         try:
             for index, (function, reshape_layer, bottoms, tops, shapes) in enumerate(self._run):
@@ -199,7 +262,15 @@ class InferencePlan:
             if wrapped is None:
                 raise
             raise wrapped from None
+        if self._trial is not None:
+            self._after_trial_pass(perf_counter() - started)
         return loss
+
+    def settle_layout(self):
+        """Run passes until the blob layout trial is over (none once it is), so that what
+        follows runs in the layout kept: ``pycaffe time`` before its clock starts."""
+        while self._trial is not None:
+            self.forward()
 
     def refold(self):
         """Recompute every folded (and transformed) weight from the net's blobs now."""
@@ -261,11 +332,16 @@ class InferencePlan:
                          "parts of their tops)")
         sizes = (f"blob memory {memory.before_bytes / MIB:.1f} MB -> "
                  f"{memory.after_bytes / MIB:.1f} MB")
-        if memory.reused:
+        if memory.both:
+            parts.append(f"{memory.moved} blobs in {memory.buffer_count} buffers of their own "
+                         "until passes timed each way show whether shared ones run faster "
+                         f"({sizes})")
+        elif memory.reused:
             parts.append(f"{memory.moved} blobs share {memory.buffer_count} buffers ({sizes})")
         else:
             parts.append(f"{memory.moved} blobs in {memory.buffer_count} buffers, none reused "
-                         f"(reused only above {memory.own_limit / MIB:.0f} MB; {sizes})")
+                         f"(reused above {memory.own_limit / MIB:.0f} MB or where passes "
+                         f"timed each way ran faster shared; {sizes})")
         return "Inference plan: " + ", ".join(parts)
 
 

@@ -292,32 +292,46 @@ def test_missing_num_classes_and_mismatched_shapes_are_errors():
         set_up(param(), [fork_loc(True), fork_conf()[:1], fork_priors()])
 
 
-def test_in_a_net_and_its_inference_plan():
-    """The top's size follows the scores: the plan runs the layer's full forward each time."""
+# Scores through three identity layers, so that the plan's blobs can share buffers (and the
+# detections through one more, so that they move too, their shape changing with the data).
+IDENTITIES = "".join(f'layer {{ name: "i{k}" type: "Power" bottom: "{a}" top: "{b}" }}\n'
+                     for k, (a, b) in enumerate([("conf", "c1"), ("c1", "c2"), ("c2", "c3")]))
+
+
+@pytest.mark.parametrize("trial", [False, True])
+def test_in_a_net_and_its_inference_plan(trial, monkeypatch):
+    """The top's size follows the scores: the plan runs the layer's full forward each time,
+    passes of its blob layout trial (inference/plan.py) included."""
     from google.protobuf import text_format
 
+    from pycaffe_cli.inference import memory
     from pycaffe_cli.inference.plan import InferencePlan
     from pycaffe_cli.net.net import Net
     from pycaffe_cli.proto import caffe_pb2
+    if trial:
+        monkeypatch.setattr(memory, "own_buffers_limit", lambda: 1 << 40)
+    scores = "c3" if trial else "conf"
     text = """
         layer { name: "loc" type: "Input" top: "loc" input_param { shape { dim: 2 dim: 16 } } }
         layer { name: "conf" type: "Input" top: "conf" input_param { shape { dim: 2 dim: 8 } } }
         layer { name: "prior" type: "Input" top: "prior"
                 input_param { shape { dim: 1 dim: 2 dim: 16 } } }
-        layer { name: "det" type: "DetectionOutput" bottom: "loc" bottom: "conf"
-                bottom: "prior" top: "det" detection_output_param { num_classes: 2
-                nms_param { nms_threshold: 0.1 } confidence_threshold: 0.5 } }
-        """
+        """ + (IDENTITIES if trial else "") + f"""
+        layer {{ name: "det" type: "DetectionOutput" bottom: "loc" bottom: "{scores}"
+                bottom: "prior" top: "det" detection_output_param {{ num_classes: 2
+                nms_param {{ nms_threshold: 0.1 }} confidence_threshold: 0.5 }} }}
+        """ + ('layer { name: "copy" type: "Power" bottom: "det" top: "out" }' if trial else "")
     net = Net(text_format.Parse(text, caffe_pb2.NetParameter()), caffe_pb2.TEST)
     net.blob_by_name("loc").data[...] = fork_loc(True).reshape(2, 16)
     net.blob_by_name("prior").data[...] = fork_priors()[:1].reshape(1, 2, 16)
     plan = InferencePlan(net)
-    for scale, rows in [(1.0, 4), (0.0, 2), (0.7, 2)]:
+    assert plan.memory.both == trial
+    for scale, rows in [(1.0, 4), (0.0, 2), (0.7, 2)] * (4 if trial else 1):
         # scale 1: the fork's scores; 0: nothing over 0.5 (a placeholder row per image)
         conf = fork_conf().reshape(2, 8) * scale + (1 - scale) * 0.2
         net.blob_by_name("conf").data[...] = conf
         plan.forward()
-        got = net.blob_by_name("det").cpu_data
+        got = net.blob_by_name("out" if trial else "det").cpu_data  # det moves in the trial
         layer, bottom, top = set_up(param(extra="confidence_threshold: 0.5"),
                                     [fork_loc(True), conf, fork_priors()])
         layer.forward(bottom, top)
