@@ -131,8 +131,12 @@ def _span_row(data, stride_w, col, dst, src, start, stop, lo, hi):
     ``src`` (column ow reads src + ow * stride_w) inside [lo, hi), zeros outside."""
     inner_lo, inner_hi = max(start, lo), min(stop, hi)
     _zero(col, dst + start, dst + max(start, min(stop, lo)))
-    for ow in range(inner_lo, inner_hi):
-        col[uintp(dst + ow)] = data[uintp(src + ow * stride_w)]
+    if stride_w == 1:  # a plain copy, which vectorises
+        for ow in range(inner_lo, inner_hi):
+            col[uintp(dst + ow)] = data[uintp(src + ow)]
+    else:
+        for ow in range(inner_lo, inner_hi):
+            col[uintp(dst + ow)] = data[uintp(src + ow * stride_w)]
     _zero(col, dst + max(start, min(stop, hi), inner_lo), dst + stop)
 
 
