@@ -34,6 +34,12 @@ from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.synced_memory import data_stamps
 
 WINOGRAD = SpecialPath("winograd", "Winograd F(4x4, 3x3)")
+# In the forward-only pass at batch > 1, layers with at least this many output positions an
+# image (and a window to unfold) run image by image through conv_image, as at batch 1:
+# there one image's product is wide enough for BLAS's rate, and the batch's column matrix,
+# which outgrows the caches, and its reorder into the image layout cost more than batching
+# gains (docs/kernel-choices.md, "One image's convolutions").
+IMAGE_BY_IMAGE_MIN_POSITIONS = 2048
 
 
 class WinogradInferenceHooks(ConvolutionInferenceHooks):
@@ -115,13 +121,16 @@ class ConvolutionLayer(BaseConvolutionLayer):
                              y.flat_data, v, m, block)
 
     def _one_image_blocks(self):
-        """Whether the forward-only pass runs conv_image's blocks: one image, the GEMM plan,
-        one group, 2-d windows."""
-        return (self.num == 1 and self.plan is Plan.GEMM and self.group == 1
+        """Whether the forward-only pass runs conv_image's blocks, image by image: the GEMM
+        plan, one group, 2-d windows, and one image, or images of at least
+        IMAGE_BY_IMAGE_MIN_POSITIONS output positions with a window to unfold."""
+        one_by_one = self.num == 1 or (not self.is_1x1 and self.out_spatial_dim
+                                       >= IMAGE_BY_IMAGE_MIN_POSITIONS)
+        return (one_by_one and self.plan is Plan.GEMM and self.group == 1
                 and self.geometry.use_2d)
 
     def _forward_one_image(self, bottom, top):
-        """One image, each block of its product from unfolding to bias on one thread
+        """Image by image, each block of its product from unfolding to bias on one thread
         (kernels/cpu/conv_image.py)."""
         be, geometry = self.cpu_backend, self.geometry.args_2d()
         workers = numba.get_num_threads()
@@ -130,8 +139,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
         bias, has_bias, slope = self._bias_and_relu()
         weights = self.blobs[0].cpu_data.reshape(-1)
         for x, y in zip(bottom, top):
-            conv_image.forward(x.flat_data, *geometry, weights, self.num_output, bias,
-                               has_bias, np.float32(slope or 0), slope is not None, col,
+            conv_image.forward(x.flat_data, self.num, *geometry, weights, self.num_output,
+                               bias, has_bias, np.float32(slope or 0), slope is not None, col,
                                y.flat_data, workers)
 
     def _winograd_one_image(self, bottom, top, weights):

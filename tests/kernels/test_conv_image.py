@@ -36,19 +36,22 @@ def how_cut(channels, height, width, kernel, pad, stride, dilation, out_channels
 
 
 def run(x, weight, bias, pad, stride, dilation, slope, workers):
-    channels, height, width = x.shape
+    """conv_image.forward on the images ``x`` (num, channels, height, width), or on one
+    image (channels, height, width)."""
+    images = x if x.ndim == 4 else x[None]
+    num, channels, height, width = images.shape
     out_channels = weight.shape[0]
     geometry = (channels, height, width, *weight.shape[2:], *pad, *stride, *dilation)
     col = np.full(max(1, conv_image.scratch_size(*geometry, out_channels, workers)), np.nan,
                   np.float32)
-    out = np.full((out_channels,) + out_shape((height, width), weight.shape[2:], pad, stride,
-                                              dilation), np.nan, np.float32)
+    out = np.full((num, out_channels) + out_shape((height, width), weight.shape[2:], pad,
+                                                  stride, dilation), np.nan, np.float32)
     # read-only weights and bias, as the layer passes its blobs' views (one compile)
-    conv_image.forward(x.reshape(-1), *geometry, read_only(weight.reshape(-1)), out_channels,
-                       NO_BIAS if bias is None else read_only(bias), bias is not None,
-                       np.float32(slope or 0), slope is not None, col, out.reshape(-1),
-                       workers)
-    return out
+    conv_image.forward(images.reshape(-1), num, *geometry, read_only(weight.reshape(-1)),
+                       out_channels, NO_BIAS if bias is None else read_only(bias),
+                       bias is not None, np.float32(slope or 0), slope is not None, col,
+                       out.reshape(-1), workers)
+    return out if x.ndim == 4 else out[0]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -71,6 +74,22 @@ def test_blocks_give_the_convolution(name, workers, bias, slope):
     if slope is not None:
         exact = np.where(exact > 0, exact, exact * slope)
     assert_within(got, exact, bound, name)
+
+
+@pytest.mark.parametrize("name", ["columns, strided 7x7", "rows, 5x5", "columns, 1x1",
+                                  "one thread, small"])
+def test_images_one_after_the_other_are_each_image_alone(name):
+    """Several images: each image's output the bits of that image run alone (the same
+    blocks, cut the same way, each block's thread its own scratch)."""
+    shape, kernel, pad, stride, dilation, out_channels, _ = CASES[name]
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((3,) + shape).astype(np.float32)
+    weight = rng.standard_normal((out_channels, shape[0]) + kernel).astype(np.float32)
+    b = rng.standard_normal(out_channels).astype(np.float32)
+    got = run(x, weight, b, pad, stride, dilation, 0.0, 2)
+    for n in range(3):
+        alone = run(x[n], weight, b, pad, stride, dilation, 0.0, 2)
+        np.testing.assert_array_equal(got[n].view(np.uint32), alone.view(np.uint32))
 
 
 @pytest.mark.parametrize("first, stop", [(0, 1), (0, 35), (3, 4), (5, 40), (29, 70),

@@ -249,6 +249,29 @@ def test_one_image_runs_in_blocks_of_its_own(params, pad, kernels, monkeypatch):
     assert_within(got, want, bound, "one image's blocks against the plain forward")
 
 
+@pytest.mark.parametrize("params, side, image_by_image", [
+    ("kernel_size: 5 pad: 2", 48, True),    # 2304 positions an image
+    ("kernel_size: 5 pad: 2", 16, False),   # 256: the batch's product
+    ("kernel_size: 1", 48, False),          # no window to unfold: the batch's product
+    ("kernel_size: 3 stride: 2", 97, True),  # 48 x 48 out of a strided window
+])
+def test_large_images_run_image_by_image(params, side, image_by_image, monkeypatch):
+    """At batch 2 the inference pass runs conv_image image by image where an image has at
+    least IMAGE_BY_IMAGE_MIN_POSITIONS output positions and a window to unfold, within the
+    GEMM bound of the plain forward either way."""
+    from pycaffe_cli.layers.convolution.convolution import IMAGE_BY_IMAGE_MIN_POSITIONS
+    layer, bottom, top = conv_layer((2, 4, side, side), f"num_output: 8 {params}")
+    assert (layer.out_spatial_dim >= IMAGE_BY_IMAGE_MIN_POSITIONS) == (side > 16)
+    calls, forward = [], conv_image.forward
+    monkeypatch.setattr(conv_image, "forward", lambda *args: calls.append(1) or forward(*args))
+    got, want = inference_against_forward(layer, bottom, top)
+    assert bool(calls) == image_by_image
+    x, weights, bias = bottom[0].data, layer.blobs[0].data, layer.blobs[1].data
+    pad = layer.geometry.pad[0]
+    bound = 2 * gemm_bound(x, weights, bias, pad, layer.geometry.stride[0])
+    assert_within(got, want, bound, "image by image against the plain forward")
+
+
 @pytest.mark.parametrize("params", [
     "kernel_size: 3 stride: 2 pad: 1",
     "kernel_size: 3 dilation: 2 pad: 2",

@@ -38,9 +38,11 @@ def winograd_bound(x, weights, bias, pad):
     return bound
 
 
-def gemm_bound(x, weights, bias, pad):
-    """gamma(9 C + 1) (|W| |x| + |b|) for each output: im2col + GEMM, then the bias."""
+def gemm_bound(x, weights, bias, pad, stride=1):
+    """gamma(K + 1) (|W| |x| + |b|) for each output, K a window's terms (9 C for 3x3):
+    im2col + GEMM, then the bias."""
     terms = weights[0].size + 1
     magnitude = convolve(np.abs(x), np.abs(weights.astype(np.float64)),
-                         None if bias is None else np.abs(bias), (pad, pad), (1, 1), (1, 1), 1)
+                         None if bias is None else np.abs(bias), (pad, pad), (stride, stride),
+                         (1, 1), 1)
     return gamma(terms) * magnitude

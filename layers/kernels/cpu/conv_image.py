@@ -1,5 +1,6 @@
 """One image's convolution in blocks that each run from unfolding to bias on one thread
-(CPU, numba + BLAS): the inference plan's pass at batch 1 (layers/convolution/convolution.py).
+(CPU, numba + BLAS): the inference plan's pass at batch 1, and image by image for large
+images at larger batches (layers/convolution/convolution.py).
 
 The usual pass unfolds the image over the threads into one column buffer, multiplies in
 blocks over the threads and adds the bias over the threads, each step split its own way, and
@@ -112,13 +113,13 @@ def _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, s
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def forward(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w,
-            dilation_h, dilation_w, weights, out_channels, bias, has_bias, slope, has_relu,
-            col, out, workers):
-    """out (out_channels, out_h, out_w) = weights (out_channels, channels, kernel_h,
-    kernel_w) convolved with the image ``im`` (channels, height, width) (+ bias, then ReLU
-    with negative slope ``slope``), all flat float32; ``col`` holds at least
-    ``scratch_size`` values. One group, 2-d windows."""
+def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
+            stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias, slope,
+            has_relu, col, out, workers):
+    """out (num, out_channels, out_h, out_w) = weights (out_channels, channels, kernel_h,
+    kernel_w) convolved with the images ``im`` (num, channels, height, width) (+ bias, then
+    ReLU with negative slope ``slope``), all flat float32, one image after the other;
+    ``col`` holds at least ``scratch_size`` values. One group, 2-d windows."""
     cut = _cut(channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w,
                dilation_h, dilation_w, out_channels, workers)
     out_h, out_w, block_m, block_n, per_thread = cut
@@ -126,15 +127,20 @@ def forward(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, strid
                                        stride_h, stride_w, dilation_h, dilation_w, out_h,
                                        out_w)
     blocks = -(-out_channels // block_m) * -(-(out_h * out_w) // block_n)
-    claims = np.zeros(min(workers, blocks), np.int64)  # one part a thread (blas.claim)
-    # Whether each thread's part of ``col`` holds the whole image's columns (blocks of rows).
-    unfolded = np.zeros(col.size // per_thread if per_thread else 0, np.bool_)
-    if blocks == 1:
-        _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
-                    stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias,
-                    slope, has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded)
-        return
-    for _ in prange(claims.size):
-        _run_blocks(im, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, stride_h,
-                    stride_w, dilation_h, dilation_w, weights, out_channels, bias, has_bias,
-                    slope, has_relu, col, out, cut, h_ranges, w_ranges, claims, unfolded)
+    in_size, out_size = channels * height * width, out_channels * out_h * out_w
+    for n in range(num):
+        image, result = im[n * in_size:(n + 1) * in_size], out[n * out_size:(n + 1) * out_size]
+        claims = np.zeros(min(workers, blocks), np.int64)  # one part a thread (blas.claim)
+        # Whether each thread's part of ``col`` holds the image's columns (blocks of rows).
+        unfolded = np.zeros(col.size // per_thread if per_thread else 0, np.bool_)
+        if blocks == 1:
+            _run_blocks(image, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                        stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
+                        bias, has_bias, slope, has_relu, col, result, cut, h_ranges, w_ranges,
+                        claims, unfolded)
+            continue
+        for _ in prange(claims.size):
+            _run_blocks(image, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
+                        stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,
+                        bias, has_bias, slope, has_relu, col, result, cut, h_ranges, w_ranges,
+                        claims, unfolded)
