@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 DEVICE =
 
 .PHONY: setup setup-gpu setup-extra demo demo-gpu demo-mlp demo-detection test test-fast test-gpu test-gpu-skips proto bench \
-	clean
+	clean clean-numba-cache
 
 # A strict editable install links the packages' files into build/__editable__.* and puts that
 # folder on sys.path, so `import caffe` finds the real package even where the working
@@ -93,5 +93,11 @@ proto: setup
 bench: setup
 	$(BIN)/python scripts/bench
 
-clean:
+# numba's on-disk cache is checked against each function's own file only: a kernel that calls
+# one from another file keeps the callee's old code after that file changes. Run this after
+# changing a kernel, before timing or testing it through its callers.
+clean-numba-cache:
+	find . -path ./$(VENV) -prune -o -name '*.nbi' -print -o -name '*.nbc' -print | xargs rm -f
+
+clean: clean-numba-cache
 	rm -rf $(VENV) build *.egg-info .pytest_cache data
