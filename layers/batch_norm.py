@@ -38,6 +38,7 @@ from pycaffe_cli.layers.kernels.cpu import batch_stats, channel_affine
 from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.layers.kernels.cuda import channel_stats
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.sizes import grow
 
 
 @register("BatchNorm")
@@ -61,7 +62,7 @@ class BatchNormLayer(Layer):
             self.blobs = [Blob((self.channels,)), Blob((self.channels,)), Blob((1,))]
         self._mask_statistics()
         self.param_propagate_down = [False] * len(self.blobs)
-        self._x_norm = None
+        self._x_norm = np.empty(0, np.float32)  # kept for backward, grown as needed
         self._std = None
         self._gpu_x_norm = Blob()  # the device path's caches and per-channel buffers
         self._gpu_stats = Blob()
@@ -102,8 +103,7 @@ class BatchNormLayer(Layer):
             self._forward_global_cpu(bottom, top)
             return
         num, channels, inner = self._view_shape(bottom[0])
-        if self._x_norm is None or self._x_norm.size != bottom[0].count():
-            self._x_norm = np.empty(bottom[0].count(), np.float32)
+        self._x_norm = grow(self._x_norm, bottom[0].count(), "BatchNorm's normalised values")
         mean, var, std = np.empty((3, channels), np.float32)
         batch_stats.forward(bottom[0].cpu_data.reshape(-1), num, channels, inner, self.eps,
                             top[0].flat_data, self._x_norm, mean, var, std)

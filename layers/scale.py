@@ -32,6 +32,7 @@ from pycaffe_cli.layers.kernels.cpu import channel_affine, channel_grads
 from pycaffe_cli.layers.kernels.cpu.layout import NO_BIAS
 from pycaffe_cli.cuda import memory
 from pycaffe_cli.proto import caffe_pb2
+from pycaffe_cli.sizes import grow
 
 
 def _unit_filler():
@@ -74,7 +75,7 @@ class ScaleLayer(Layer):
                  self.name)
         self._bias_layer = self._make_bias_layer(bottom, top) if p.bias_term else None
         self.param_propagate_down = [True] * len(self.blobs)
-        self._saved_bottom = None
+        self._saved_bottom = np.empty(0, np.float32)  # an in-place bottom, kept for backward
         self._gpu_saved_bottom = Blob()  # the device path's copy of an in-place bottom
         self._gpu_gradient = BroadcastGradient()
 
@@ -115,8 +116,8 @@ class ScaleLayer(Layer):
             return
         saved = None
         if top[0] is bottom[0]:  # backward still needs x for the scale's gradient
-            if self._saved_bottom is None or self._saved_bottom.size != bottom[0].count():
-                self._saved_bottom = np.empty(bottom[0].count(), np.float32)
+            self._saved_bottom = grow(self._saved_bottom, bottom[0].count(),
+                                      "Scale's copy of its bottom")
             saved = self._saved_bottom
         self._forward_values_cpu(bottom, top, saved)
 

@@ -21,6 +21,8 @@ import functools
 import math
 import os
 
+import numpy as np
+
 from pycaffe_cli.errors import CaffeError, layer_error
 
 try:
@@ -177,6 +179,15 @@ def check_bytes(count, what):
     if limit is not None and count > limit:
         raise AllocationError(f"{what} needs {format_bytes(count)}, more than this machine's "
                               f"{format_bytes(limit)} of memory")
+
+
+def grow(buffer, size, what):
+    """``buffer`` (flat float32) if it holds ``size`` values, else a new one that does, after
+    ``check_bytes``; ``what`` names it ("a column buffer"). Scratch kept from call to call."""
+    if buffer.size >= size:
+        return buffer
+    check_bytes(size * FLOAT_BYTES, f"{what} of {size} values")
+    return np.empty(size, np.float32)
 
 
 def is_allocation_failure(error):

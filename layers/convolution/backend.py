@@ -37,7 +37,9 @@ from pycaffe_cli import blas
 from pycaffe_cli.cuda.views import first, starting_at
 from pycaffe_cli.layers.kernels.cpu import depthwise, layout
 from pycaffe_cli.layers.kernels.cpu.gemm import gemm_accumulate
-from pycaffe_cli.sizes import FLOAT_BYTES, check_bytes
+from pycaffe_cli.sizes import grow
+
+COLUMNS = "a column buffer"  # what grow names in its memory check
 
 
 class GemmDims(NamedTuple):
@@ -46,14 +48,6 @@ class GemmDims(NamedTuple):
     rows: int
     depth: int
     cols: int
-
-
-def grow(buffer, size):
-    """``buffer`` if it holds ``size`` elements, else a new float32 buffer that does."""
-    if buffer.size >= size:
-        return buffer
-    check_bytes(size * FLOAT_BYTES, f"a column buffer of {size} values")
-    return np.empty(size, np.float32)
 
 
 class CpuConvBackend:
@@ -85,15 +79,15 @@ class CpuConvBackend:
 
     def reserve(self, col_size, mat_size):
         """Grow the column and GEMM-output buffers now (sizes are checked here, at reshape)."""
-        self._col = grow(self._col, col_size)
-        self._mat = grow(self._mat, mat_size)
+        self._col = grow(self._col, col_size, COLUMNS)
+        self._mat = grow(self._mat, mat_size, COLUMNS)
 
     def col_buffer(self, size):
-        self._col = grow(self._col, size)
+        self._col = grow(self._col, size, COLUMNS)
         return self._col[:size]
 
     def mat_buffer(self, size):
-        self._mat = grow(self._mat, size)
+        self._mat = grow(self._mat, size, COLUMNS)
         return self._mat[:size]
 
     # --- im2col and layouts --------------------------------------------------------------

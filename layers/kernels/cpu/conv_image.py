@@ -128,11 +128,13 @@ def forward(im, num, channels, height, width, kernel_h, kernel_w, pad_h, pad_w, 
                                        out_w)
     blocks = -(-out_channels // block_m) * -(-(out_h * out_w) // block_n)
     in_size, out_size = channels * height * width, out_channels * out_h * out_w
+    claims = np.empty(min(workers, blocks), np.int64)  # one part a thread (blas.claim)
+    # Whether each thread's part of ``col`` holds the image's columns (blocks of rows).
+    unfolded = np.empty(col.size // per_thread if per_thread else 0, np.bool_)
     for n in range(num):
         image, result = im[n * in_size:(n + 1) * in_size], out[n * out_size:(n + 1) * out_size]
-        claims = np.zeros(min(workers, blocks), np.int64)  # one part a thread (blas.claim)
-        # Whether each thread's part of ``col`` holds the image's columns (blocks of rows).
-        unfolded = np.zeros(col.size // per_thread if per_thread else 0, np.bool_)
+        claims[:] = 0
+        unfolded[:] = False
         if blocks == 1:
             _run_blocks(image, channels, height, width, kernel_h, kernel_w, pad_h, pad_w,
                         stride_h, stride_w, dilation_h, dilation_w, weights, out_channels,

@@ -173,47 +173,36 @@ def _pairwise_run(a, b, start, n, shift):
     return total
 
 
-@njit(cache=True, inline="always")
-def _pairwise_half(n):
-    """Where numpy splits a longer run in two: half way, down to a multiple of 8."""
-    half = n // 2
-    return half - half % 8
-
-
-@njit(cache=True, nogil=True)
-def pairwise_sum(a, start, n):
-    """float32 sum of a[start:start + n] in numpy's pairwise order (``pairwise_sum`` in
-    numpy's loops_utils.h): bitwise numpy's ``a[start:start + n].sum()``."""
-    if n <= PAIRWISE_BLOCK:
-        return _pairwise_run(a, None, start, n, float32(0.0))
-    half = _pairwise_half(n)
-    return pairwise_sum(a, start, half) + pairwise_sum(a, start + half, n - half)
-
-
 @njit(cache=True, nogil=True)
 def pairwise_dot(a, b, start, n, shift):
-    """float32 sum of (a[i] - shift) * (b[i] - shift) over i in [start, start + n), in the
-    order of ``pairwise_sum``: with ``a`` ``b``, the sum of squared deviations numpy gives
-    for ``np.square(a - shift).sum()``; with shift 0, ``(a * b).sum()``."""
+    """float32 sum of the terms i in [start, start + n) (``_term``: a[i] where ``b`` is None,
+    else (a[i] - shift) * (b[i] - shift)) in numpy's pairwise order (``pairwise_sum`` in
+    numpy's loops_utils.h): runs of up to PAIRWISE_BLOCK as ``_pairwise_run`` sums them,
+    longer ones split in two half way, down to a multiple of 8. With ``a`` ``b``, the sum
+    of squared deviations numpy gives for ``np.square(a - shift).sum()``; with shift 0,
+    ``(a * b).sum()``."""
     if n <= PAIRWISE_BLOCK:
         return _pairwise_run(a, b, start, n, shift)
-    half = _pairwise_half(n)
+    half = n // 2
+    half -= half % 8
     return pairwise_dot(a, b, start, half, shift) + pairwise_dot(a, b, start + half,
                                                                  n - half, shift)
 
 
 @njit(cache=True, inline="always")
+def pairwise_sum(a, start, n):
+    """float32 sum of a[start:start + n], bitwise numpy's ``a[start:start + n].sum()``."""
+    return pairwise_dot(a, None, start, n, float32(0.0))
+
+
+@njit(cache=True, inline="always")
 def channel_sum(a, b, num, channels, inner, c, shift):
     """float64 sum over channel c of (num, channels, inner) arrays, row by row, each row in
-    ``pairwise_sum``'s order: of a[i] where ``b`` is None (compiled apart), else of
-    (a[i] - shift) * (b[i] - shift) (``pairwise_dot``)."""
+    ``pairwise_dot``'s order: of a[i] where ``b`` is None (compiled apart), else of
+    (a[i] - shift) * (b[i] - shift)."""
     total = float64(0.0)
     for n in range(num):
-        start = (n * channels + c) * inner
-        if b is None:
-            total += pairwise_sum(a, start, inner)
-        else:
-            total += pairwise_dot(a, b, start, inner, shift)
+        total += pairwise_dot(a, b, (n * channels + c) * inner, inner, shift)
     return total
 
 
